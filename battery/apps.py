@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class BatteryConfig(AppConfig):
+    name = "battery"
+    verbose_name = "Memory Battery"

@@ -1,0 +1,70 @@
+"""Stored Memory Battery runs and their per-item results."""
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models.functions import Now
+
+from piper.ids import uuid7
+
+from .taxonomy import FailureCode
+
+
+class BatteryRun(models.Model):
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        PASSED = "passed", "Passed (every gate)"
+        FAILED = "failed", "Failed (a gate)"
+        ERROR = "error", "Error (the run itself broke)"
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    started_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    seed = models.BigIntegerField(help_text="Seed of the deterministic reference agent.")
+    suites = ArrayField(models.CharField(max_length=4), help_text="Suite codes run.")
+    target = models.CharField(
+        max_length=500, help_text="'in-process' or the base URL of the service driven over HTTP."
+    )
+    agent_name = models.CharField(max_length=100, help_text="The throwaway agent the run used.")
+    score = models.FloatField(null=True, blank=True, help_text="Weighted total, 0-100, after caps.")
+    suite_scores = models.JSONField(default=dict, help_text="Per suite: score, passed, items, metrics.")
+    gates = models.JSONField(default=list, help_text="Each gate: name, passed, detail.")
+    report_dir = models.CharField(max_length=1000, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(score__isnull=True) | models.Q(score__gte=0, score__lte=100),
+                name="battery_run_score_0_100",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"battery {self.started_at:%Y-%m-%d %H:%M} {self.status}"
+
+
+class ItemResult(models.Model):
+    run = models.ForeignKey(BatteryRun, on_delete=models.CASCADE, related_name="items")
+    suite = models.CharField(max_length=4)
+    item = models.CharField(max_length=100)
+    title = models.CharField(max_length=300)
+    passed = models.BooleanField()
+    failure_code = models.CharField(max_length=2, choices=FailureCode.choices, blank=True, default="")
+    metrics = models.JSONField(default=dict)
+    detail = models.TextField(blank=True, default="")
+    duration_ms = models.FloatField()
+
+    class Meta:
+        ordering = ["run", "suite", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "suite", "item"], name="battery_item_once_per_run"),
+            models.CheckConstraint(
+                condition=models.Q(passed=True, failure_code="") | models.Q(passed=False) & ~models.Q(failure_code=""),
+                name="battery_item_failure_code_iff_failed",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.suite}.{self.item}: {'pass' if self.passed else self.failure_code}"

@@ -1,0 +1,9 @@
+# Embeddings live in pgvector columns.
+from django.db import migrations
+from pgvector.django import VectorExtension
+
+
+class Migration(migrations.Migration):
+    initial = True
+    dependencies = []
+    operations = [VectorExtension()]

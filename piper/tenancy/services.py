@@ -1,0 +1,100 @@
+"""Writes for agents and API keys."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Iterable
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from piper.errors import Conflict, InvalidInput
+
+from .models import Agent, ApiKey, Scope
+
+KEY_PREFIX = "pm_"
+AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+# last_used_at is written at most this often per key, so authentication does
+# not turn every read into a write.
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+def hash_key(raw_key: str) -> str:
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+def agent_create(*, name: str, description: str = "", is_throwaway: bool = False) -> Agent:
+    """Create an agent. Raises InvalidInput for a bad name, Conflict if it exists."""
+    if not AGENT_NAME.match(name):
+        raise InvalidInput(
+            f"agent name {name!r} is invalid: use 1-100 letters, digits, '-', '_' or '.', "
+            "starting with a letter or digit",
+            details={"name": ["invalid format"]},
+        )
+    try:
+        with transaction.atomic():
+            return Agent.objects.create(
+                name=name, description=description, is_throwaway=is_throwaway
+            )
+    except IntegrityError as exc:
+        raise Conflict(f"an agent named {name!r} already exists", code="agent_exists") from exc
+
+
+def agent_deactivate(*, agent: Agent) -> Agent:
+    """Deactivate an agent: its keys stop working; its memory is kept."""
+    Agent.objects.filter(pk=agent.pk).update(is_active=False)
+    agent.refresh_from_db(fields=["is_active"])
+    return agent
+
+
+def _normalise_scopes(scopes: Iterable[str]) -> list[str]:
+    scopes = list(dict.fromkeys(scopes))
+    unknown = [s for s in scopes if s not in Scope.values]
+    if unknown or not scopes:
+        raise InvalidInput(
+            f"scopes must be a non-empty subset of {Scope.values}; got {scopes}",
+            details={"scopes": [f"unknown scope {s!r}" for s in unknown] or ["empty"]},
+        )
+    return scopes
+
+
+def api_key_create(
+    *,
+    agent: Agent,
+    name: str,
+    scopes: Iterable[str] = (Scope.READ, Scope.WRITE),
+    rate_per_minute: int | None = None,
+) -> tuple[ApiKey, str]:
+    """Create a key and return it with the raw secret, which is never stored or shown again."""
+    scopes = _normalise_scopes(scopes)
+    raw_key = KEY_PREFIX + secrets.token_urlsafe(32)
+    api_key = ApiKey.objects.create(
+        agent=agent,
+        name=name,
+        prefix=raw_key[:10],
+        key_hash=hash_key(raw_key),
+        scopes=scopes,
+        rate_per_minute=rate_per_minute,
+    )
+    return api_key, raw_key
+
+
+def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
+    """Revoke a key. Idempotent: revoking a revoked key keeps the first revocation time."""
+    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    api_key.refresh_from_db(fields=["revoked_at"])
+    return api_key
+
+
+def api_key_touch(*, api_key: ApiKey) -> None:
+    """Record use, at most once per LAST_USED_RESOLUTION (compare-and-set)."""
+    now = timezone.now()
+    if api_key.last_used_at and now - api_key.last_used_at < LAST_USED_RESOLUTION:
+        return
+    ApiKey.objects.filter(pk=api_key.pk).exclude(
+        last_used_at__gt=now - LAST_USED_RESOLUTION
+    ).update(last_used_at=now)
+    api_key.last_used_at = now
