@@ -7,6 +7,12 @@ from .base import *  # noqa: F403
 SECRET_KEY = "test-only-not-secret"
 ALLOWED_HOSTS = ["*"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-# A separate cache namespace so tests never read a developer's throttle counters.
-CACHES["default"]["KEY_PREFIX"] = f"piper-test-{os.getpid()}"  # noqa: F405
 STORAGES["staticfiles"]["BACKEND"] = "django.contrib.staticfiles.storage.StaticFilesStorage"  # noqa: F405
+
+# Two test runs on one machine (or CI beside a developer) must not share a
+# database, throttle counters or a Celery queue. The values go into the
+# environment so a worker process started by the tests inherits them.
+RUN_ID = os.environ.setdefault("PIPER_TEST_RUN_ID", str(os.getpid()))
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PIPER_TEST_DB", "test_piper")}  # noqa: F405
+CACHES["default"]["KEY_PREFIX"] = f"piper-test-{RUN_ID}"  # noqa: F405
+CELERY_TASK_DEFAULT_QUEUE = f"piper-test-{RUN_ID}"
