@@ -7,11 +7,13 @@ together or not at all.
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -55,15 +57,55 @@ class EventDraft:
     retention_class: str = RetentionClass.STANDARD
 
 
+class _UnstorablePayload(ValueError):
+    pass
+
+
+def _as_stored(value: Any, path: str = "payload") -> Any:
+    """The payload as PostgreSQL's jsonb will give it back, so its hash survives a read.
+
+    jsonb keeps numbers as exact decimals and prints them without exponents:
+    the float 1e16 comes back as the integer 10000000000000000, and -0.0 as
+    0.0. Hashing the value as written would make every such event look
+    tampered with. jsonb also refuses NUL characters, and no JSON holds NaN,
+    infinities or lone surrogates: those raise _UnstorablePayload.
+    """
+    if isinstance(value, dict):
+        return {_as_stored(k, path): _as_stored(v, f"{path}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_stored(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _UnstorablePayload(f"{path}: numbers must be finite (no NaN or infinity)")
+        if value == 0.0:
+            return 0.0
+        if abs(value) >= 1e16:  # Python writes these with an exponent; jsonb as integers
+            return int(Decimal(repr(value)))
+        return value
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise _UnstorablePayload(f"{path}: text must not contain NUL (\\u0000) characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _UnstorablePayload(f"{path}: text must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
 def _draft_errors(draft: EventDraft) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
-    if len(draft.event_type) > MAX_EVENT_TYPE or not EVENT_TYPE.match(draft.event_type):
+    if len(draft.event_type) > MAX_EVENT_TYPE or not EVENT_TYPE.fullmatch(draft.event_type):
         errors["event_type"] = [
             "use lower-case words joined by '.', ':', '/' or '-', e.g. 'tool.called' "
             f"(at most {MAX_EVENT_TYPE} characters)"
         ]
     if not isinstance(draft.payload, dict):
         errors["payload"] = ["must be a JSON object"]
+    else:
+        try:
+            _as_stored(draft.payload)
+        except _UnstorablePayload as exc:
+            errors["payload"] = [str(exc)]
     if draft.source_type not in SourceType.values:
         errors["source_type"] = [f"must be one of {SourceType.values}"]
     if draft.authority is not None and draft.authority not in Authority.values:
@@ -133,6 +175,7 @@ def events_append(*, agent: Agent, drafts: Sequence[EventDraft]) -> list[Event]:
         events = []
         for draft in drafts:
             last_seq += 1
+            payload = _as_stored(draft.payload)
             event = Event(
                 agent_id=agent.pk,
                 seq=last_seq,
@@ -145,8 +188,8 @@ def events_append(*, agent: Agent, drafts: Sequence[EventDraft]) -> list[Event]:
                 source_ref=draft.source_ref,
                 authority=draft.authority or DEFAULT_AUTHORITY_FOR_SOURCE[draft.source_type],
                 confidence=float(draft.confidence),
-                payload=draft.payload,
-                payload_hash=payload_hash(draft.payload),
+                payload=payload,
+                payload_hash=payload_hash(payload),
                 parent_event_id=draft.parent_event_id,
                 correction_of_id=draft.correction_of_id,
                 privacy_class=draft.privacy_class,
