@@ -1,0 +1,140 @@
+"""A stored run as report.json and a self-contained report.html (inline CSS and SVG).
+
+Both are built from the stored rows, so a report always shows what the
+database holds, and can be rebuilt for any past run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from django.template.loader import render_to_string
+
+from .models import BatteryRun
+from .selectors import run_failure_counts, run_items
+from .taxonomy import FailureCode
+
+LABEL_WIDTH = 200
+BAR_AREA = 400
+ROW_HEIGHT = 26
+BAR_HEIGHT = 18
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+def report_data(*, run: BatteryRun) -> dict[str, Any]:
+    run.refresh_from_db()
+    duration = (run.finished_at - run.started_at).total_seconds() if run.finished_at else None
+    return {
+        "id": str(run.pk),
+        "status": run.status,
+        "score": run.score,
+        "uncapped_score": run.uncapped_score,
+        "seed": run.seed,
+        "target": run.target,
+        "agent": run.agent_name,
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "duration_s": round(duration, 3) if duration is not None else None,
+        "error": run.error,
+        "suites": {code: run.suite_scores[code] for code in sorted(run.suite_scores)},
+        "gates": run.gates,
+        "metrics": run.metrics,
+        "failure_codes": run_failure_counts(run=run),
+        "items": [
+            {
+                "suite": item.suite,
+                "item": item.item,
+                "title": item.title,
+                "passed": item.passed,
+                "failure_code": item.failure_code,
+                "detail": item.detail,
+                "metrics": item.metrics,
+                "duration_ms": item.duration_ms,
+            }
+            for item in run_items(run=run)
+        ],
+    }
+
+
+def _bar_chart(rows: list[dict[str, Any]], *, maximum: float) -> dict[str, Any]:
+    """Geometry for a horizontal bar chart; rows carry label, value, text and css."""
+    bars = []
+    for index, row in enumerate(rows):
+        width = round(BAR_AREA * row["value"] / maximum, 1) if maximum else 0
+        bars.append(
+            {
+                **row,
+                "y": index * ROW_HEIGHT + 4,
+                "text_y": index * ROW_HEIGHT + 4 + BAR_HEIGHT - 5,
+                "width": width,
+                "text_x": LABEL_WIDTH + width + 6,
+            }
+        )
+    return {
+        "width": LABEL_WIDTH + BAR_AREA + 80,
+        "height": len(rows) * ROW_HEIGHT + 8,
+        "label_width": LABEL_WIDTH,
+        "label_x": LABEL_WIDTH - 8,
+        "bar_area": BAR_AREA,
+        "bar_height": BAR_HEIGHT,
+        "bars": bars,
+    }
+
+
+def report_html(*, data: dict[str, Any]) -> str:
+    suites = [{"code": code, **suite} for code, suite in data["suites"].items()]
+    score_chart = _bar_chart(
+        [
+            {
+                "label": f"{s['code']} {s['name']}",
+                "value": s["score"],
+                "text": f"{s['score']:.1f}",
+                "css": "pass" if s["gate_passed"] else "fail",
+            }
+            for s in suites
+        ],
+        maximum=100,
+    )
+    failure_chart = _bar_chart(
+        [
+            {"label": code, "value": count, "text": str(count), "css": "fail"}
+            for code, count in data["failure_codes"].items()
+        ],
+        maximum=max(data["failure_codes"].values(), default=0),
+    )
+    rows = [
+        {
+            **item,
+            "metrics_json": json.dumps(item["metrics"], sort_keys=True) if item["metrics"] else "",
+        }
+        for item in data["items"]
+    ]
+    for suite in suites:
+        suite["rows"] = [row for row in rows if row["suite"] == suite["code"]]
+    return render_to_string(
+        "battery/report.html",
+        {
+            "run": data,
+            "suites": suites,
+            "score_chart": score_chart,
+            "failure_chart": failure_chart,
+            "failure_rows": [
+                {"code": code, "count": count, "label": FailureCode(code).label}
+                for code, count in data["failure_codes"].items()
+            ],
+        },
+    )
+
+
+def report_write(*, run: BatteryRun, directory: Path) -> Path:
+    """Write report.json and report.html into directory (created if missing)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    data = report_data(run=run)
+    (directory / "report.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    (directory / "report.html").write_text(report_html(data=data))
+    return directory

@@ -1,0 +1,170 @@
+"""Running the Memory Battery and storing what it found."""
+
+from __future__ import annotations
+
+import secrets
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from django.db.models.functions import Now
+
+from piper.embedded import VAR_DIR
+from piper.errors import InvalidInput
+from piper.tenancy.models import Agent, Scope
+from piper.tenancy.services import agent_create, agent_deactivate, api_key_create
+
+from .models import BatteryRun, ItemResult
+from .registry import ItemOutcome, suites_select
+from .report import report_write
+from .runner import ItemContext, item_execute
+from .scoring import Scorecard, SuiteResult, score_run, suite_result
+from .transport import ApiClient, Transport, transport_open
+
+# The battery must never be throttled by its own traffic.
+THROWAWAY_RATE_PER_MINUTE = 1_000_000
+REPORTS_DIR = VAR_DIR / "battery"
+
+
+def throwaway_client_create(*, run: BatteryRun, transport: Transport, number: int) -> ApiClient:
+    """A new throwaway agent for this run, with a read/write/admin key, as a client."""
+    agent = agent_create(
+        name=f"battery-{run.pk.hex[:12]}-{number}",
+        description=f"Memory Battery run {run.pk}",
+        is_throwaway=True,
+    )
+    _, raw_key = api_key_create(
+        agent=agent,
+        name=f"battery run {run.pk}",
+        scopes=(Scope.READ, Scope.WRITE, Scope.ADMIN),
+        rate_per_minute=THROWAWAY_RATE_PER_MINUTE,
+    )
+    return ApiClient(transport=transport, agent=agent, raw_key=raw_key)
+
+
+def throwaway_agents_deactivate(*, agent_ids: Sequence) -> int:
+    """Deactivate the run's agents (their ledgers stay). Agents an item rolled
+    back no longer exist and are skipped. Returns how many were deactivated."""
+    agents = list(Agent.objects.filter(pk__in=list(agent_ids), is_throwaway=True))
+    for agent in agents:
+        agent_deactivate(agent=agent)
+    return len(agents)
+
+
+def item_result_record(*, run: BatteryRun, outcome: ItemOutcome) -> ItemResult:
+    return ItemResult.objects.create(
+        run=run,
+        suite=outcome.suite,
+        item=outcome.item,
+        title=outcome.title[:300],
+        passed=outcome.passed,
+        failure_code=outcome.failure_code,
+        metrics=outcome.metrics,
+        detail=outcome.detail,
+        duration_ms=outcome.duration_ms,
+    )
+
+
+def run_finish(*, run: BatteryRun, results: Sequence[SuiteResult], card: Scorecard) -> BatteryRun:
+    run.status = BatteryRun.Status.PASSED if card.passed else BatteryRun.Status.FAILED
+    run.score = round(card.total, 2)
+    run.uncapped_score = round(card.uncapped_total, 2)
+    run.suite_scores = {result.code: result.as_dict() for result in results}
+    run.metrics = card.metrics
+    run.gates = [gate.as_dict() for gate in card.gates]
+    run.finished_at = Now()
+    run.save(
+        update_fields=[
+            "status",
+            "score",
+            "uncapped_score",
+            "suite_scores",
+            "metrics",
+            "gates",
+            "finished_at",
+        ]
+    )
+    run.refresh_from_db(fields=["finished_at"])
+    return run
+
+
+def run_error(*, run: BatteryRun, error: str) -> BatteryRun:
+    """Mark the run as broken (not a gate failure: the battery itself could not run)."""
+    run.status = BatteryRun.Status.ERROR
+    run.error = f"{run.error}\n\n{error}".strip()
+    run.finished_at = Now()
+    run.save(update_fields=["status", "error", "finished_at"])
+    run.refresh_from_db(fields=["finished_at"])
+    return run
+
+
+def battery_run(
+    *,
+    suite_codes: Sequence[str] | None = None,
+    seed: int | None = None,
+    report_dir: str | Path | None = None,
+    base_url: str | None = None,
+    on_item: Callable[[ItemOutcome], None] | None = None,
+) -> BatteryRun:
+    """Run the suites (every registered one when none are named) and store the run.
+
+    Always returns the stored run, with status passed (every gate held),
+    failed (a gate did not) or error (the battery itself broke, e.g. the
+    service was unreachable), and writes report.json and report.html into
+    report_dir (default var/battery/<run id>/). Raises InvalidInput, before
+    anything is stored, for an unknown suite code.
+    """
+    suites = suites_select(codes=suite_codes)
+    if not suites:
+        raise InvalidInput("no battery suites are registered", code="no_suites")
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    transport = transport_open(base_url=base_url)
+    run = BatteryRun.objects.create(
+        seed=seed, suites=[suite.code for suite in suites], target=transport.target
+    )
+    agent_ids: list = []
+
+    def new_client() -> ApiClient:
+        client = throwaway_client_create(run=run, transport=transport, number=len(agent_ids) + 1)
+        agent_ids.append(client.agent.pk)
+        return client
+
+    try:
+        primary = new_client()
+        run.agent_name = primary.agent.name
+        run.save(update_fields=["agent_name"])
+        results = []
+        for suite in suites:
+            outcomes = []
+            for item in suite.items:
+                context = ItemContext(
+                    run_id=run.pk,
+                    seed=seed,
+                    suite=suite.code,
+                    item=item.key,
+                    client=primary,
+                    new_client=new_client,
+                )
+                outcome = item_execute(suite_code=suite.code, item=item, context=context)
+                item_result_record(run=run, outcome=outcome)
+                outcomes.append(outcome)
+                if on_item is not None:
+                    on_item(outcome)
+            results.append(suite_result(suite=suite, outcomes=outcomes))
+        run_finish(run=run, results=results, card=score_run(results))
+    except Exception:
+        run_error(run=run, error=traceback.format_exc())
+    finally:
+        transport.close()
+        throwaway_agents_deactivate(agent_ids=agent_ids)
+
+    directory = Path(report_dir) if report_dir else REPORTS_DIR / str(run.pk)
+    try:
+        report_write(run=run, directory=directory)
+    except Exception:
+        return run_error(
+            run=run, error=f"the report could not be written:\n{traceback.format_exc()}"
+        )
+    run.report_dir = str(directory.resolve())
+    run.save(update_fields=["report_dir"])
+    return run

@@ -1,0 +1,1 @@
+"""Battery suites: one module per suite, each registering itself (see battery.registry)."""
