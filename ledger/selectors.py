@@ -12,7 +12,7 @@ from piper.errors import NotFound
 from piper.tenancy.models import Agent
 
 from .hashing import event_hash, payload_hash
-from .models import GENESIS_HASH, ChainHead, Event, Source
+from .models import GENESIS_HASH, ChainHead, Event, Source, Tombstone
 
 
 def event_list(
@@ -87,10 +87,14 @@ def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
     """Walk the agent's chain in seq order and report the first broken link.
 
     Checks, per event: seq continuity, prev_hash = previous hash, the payload
-    against payload_hash (unless purged), and the event's own hash; finally
-    that the chain head agrees with the last event.
+    against payload_hash (a purged event: an empty payload and a tombstone),
+    and the event's own hash; finally that the chain head agrees with the
+    last event.
     """
     expected_prev, expected_seq, checked = GENESIS_HASH, 1, 0
+    # redacted_at is outside the hash (the purge sets it), so a redaction
+    # counts only with the tombstone the purge path writes beside it.
+    tombstoned = set(Tombstone.objects.filter(agent=agent).values_list("event_id", flat=True))
 
     def report(brk: ChainBreak | None) -> ChainReport:
         return ChainReport(str(agent.pk), agent.name, checked, brk)
@@ -100,19 +104,38 @@ def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
         checked += 1
         where = {"seq": event.seq, "event_id": str(event.pk)}
         if event.seq != expected_seq:
-            return report(ChainBreak(**where, reason=f"seq {event.seq} where {expected_seq} was expected (missing event)"))
+            return report(
+                ChainBreak(
+                    **where,
+                    reason=f"seq {event.seq} where {expected_seq} was expected (missing event)",
+                )
+            )
         if event.prev_hash != expected_prev:
-            return report(ChainBreak(**where, reason="prev_hash does not match the previous event's hash"))
+            return report(
+                ChainBreak(**where, reason="prev_hash does not match the previous event's hash")
+            )
         if event.redacted_at is None and payload_hash(event.payload) != event.payload_hash:
-            return report(ChainBreak(**where, reason="payload does not match payload_hash (payload altered)"))
+            return report(
+                ChainBreak(**where, reason="payload does not match payload_hash (payload altered)")
+            )
+        if event.redacted_at is not None and (event.payload != {} or event.pk not in tombstoned):
+            return report(
+                ChainBreak(
+                    **where,
+                    reason="marked redacted without a purge (payload altered or no tombstone)",
+                )
+            )
         if event_hash(event) != event.hash:
-            return report(ChainBreak(**where, reason="hash does not match the event's fields (event altered)"))
+            return report(
+                ChainBreak(**where, reason="hash does not match the event's fields (event altered)")
+            )
         expected_prev, expected_seq = event.hash, expected_seq + 1
     head = ChainHead.objects.filter(agent=agent).first()
     if head is not None and (head.last_seq, head.last_hash) != (expected_seq - 1, expected_prev):
         return report(
             ChainBreak(
-                seq=head.last_seq, event_id="",
+                seq=head.last_seq,
+                event_id="",
                 reason=f"chain head says seq {head.last_seq} but the chain ends at {expected_seq - 1} (events removed)",
             )
         )

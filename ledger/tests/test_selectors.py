@@ -1,0 +1,207 @@
+"""ledger.selectors: scoped reads and the chain verifier."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ledger.models import Event
+from ledger.selectors import (
+    ChainBreak,
+    chain_verify,
+    event_get,
+    event_list,
+    source_get,
+    source_list,
+)
+from ledger.services import EventDraft, event_redact, events_append
+from ledger.tests.factories import EventFactory, SourceFactory
+from ledger.tests.tampering import behind_the_triggers_back
+from piper.errors import NotFound
+from piper.tenancy.tests.factories import AgentFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def chain():
+    """An agent with five events (seq 1..5), and another agent with its own chain."""
+    agent = AgentFactory(name="verified")
+    events = events_append(
+        agent=agent, drafts=[EventDraft(event_type="a.b", payload={"n": n}) for n in range(1, 6)]
+    )
+    events_append(agent=AgentFactory(name="bystander"), drafts=[EventDraft(event_type="a.b")])
+    return agent, events
+
+
+class TestChainVerify:
+    def test_clean_chain(self, chain):
+        agent, _ = chain
+        report = chain_verify(agent=agent)
+        assert (report.ok, report.first_break, report.events_checked) == (True, None, 5)
+        assert (report.agent_id, report.agent_name) == (str(agent.pk), "verified")
+
+    def test_empty_chain(self):
+        report = chain_verify(agent=AgentFactory())
+        assert (report.ok, report.events_checked) == (True, 0)
+
+    def test_small_chunks_walk_the_whole_chain(self, chain):
+        agent, _ = chain
+        assert chain_verify(agent=agent, chunk_size=2).events_checked == 5
+
+    def test_payload_altered(self, chain):
+        agent, events = chain
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET payload = '{\"n\": 999}'::jsonb WHERE id = %s", [events[2].pk]
+        )
+        report = chain_verify(agent=agent)
+        assert report.first_break == ChainBreak(
+            seq=3,
+            event_id=str(events[2].pk),
+            reason="payload does not match payload_hash (payload altered)",
+        )
+        assert report.events_checked == 3
+
+    def test_hash_altered(self, chain):
+        agent, events = chain
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET hash = repeat('f', 64) WHERE id = %s", [events[1].pk]
+        )
+        assert chain_verify(agent=agent).first_break == ChainBreak(
+            seq=2,
+            event_id=str(events[1].pk),
+            reason="hash does not match the event's fields (event altered)",
+        )
+
+    @pytest.mark.parametrize(
+        "assignment",
+        [
+            "actor = 'forger'",
+            "event_type = 'other.type'",
+            "occurred_at = occurred_at - interval '1 second'",
+            "authority = 'operator'",
+            "confidence = 0.5",
+            "payload = '{\"n\": 999}'::jsonb, payload_hash = encode(sha256('{\"n\":999}'::bytea), 'hex')",
+        ],
+    )
+    def test_any_hashed_field_altered(self, chain, assignment):
+        agent, events = chain
+        behind_the_triggers_back(
+            f"UPDATE ledger_event SET {assignment} WHERE id = %s", [events[3].pk]
+        )
+        assert chain_verify(agent=agent).first_break == ChainBreak(
+            seq=4,
+            event_id=str(events[3].pk),
+            reason="hash does not match the event's fields (event altered)",
+        )
+
+    def test_prev_hash_altered(self, chain):
+        agent, events = chain
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET prev_hash = repeat('0', 64) WHERE id = %s", [events[4].pk]
+        )
+        assert chain_verify(agent=agent).first_break == ChainBreak(
+            seq=5,
+            event_id=str(events[4].pk),
+            reason="prev_hash does not match the previous event's hash",
+        )
+
+    def test_event_deleted_from_the_middle(self, chain):
+        agent, events = chain
+        behind_the_triggers_back("DELETE FROM ledger_event WHERE id = %s", [events[2].pk])
+        assert chain_verify(agent=agent).first_break == ChainBreak(
+            seq=4, event_id=str(events[3].pk), reason="seq 4 where 3 was expected (missing event)"
+        )
+
+    def test_last_event_deleted(self, chain):
+        agent, events = chain
+        behind_the_triggers_back("DELETE FROM ledger_event WHERE id = %s", [events[4].pk])
+        assert chain_verify(agent=agent).first_break == ChainBreak(
+            seq=5,
+            event_id="",
+            reason="chain head says seq 5 but the chain ends at 4 (events removed)",
+        )
+
+    def test_legitimate_purge_verifies(self, chain):
+        agent, events = chain
+        event_redact(agent=agent, event_id=events[0].pk, reason="erasure")
+        report = chain_verify(agent=agent)
+        assert (report.ok, report.events_checked) == (True, 6)
+
+    def test_redaction_without_the_purge_path_is_detected(self, chain):
+        agent, events = chain
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET payload = '{}'::jsonb, redacted_at = now() WHERE id = %s",
+            [events[1].pk],
+        )
+        assert chain_verify(agent=agent).first_break == ChainBreak(
+            seq=2,
+            event_id=str(events[1].pk),
+            reason="marked redacted without a purge (payload altered or no tombstone)",
+        )
+
+    def test_payload_of_a_purged_event_rewritten(self, chain):
+        agent, events = chain
+        event_redact(agent=agent, event_id=events[1].pk, reason="erasure")
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET payload = '{\"n\": 2}'::jsonb WHERE id = %s", [events[1].pk]
+        )
+        assert chain_verify(agent=agent).first_break == ChainBreak(
+            seq=2,
+            event_id=str(events[1].pk),
+            reason="marked redacted without a purge (payload altered or no tombstone)",
+        )
+
+    def test_other_agents_are_unaffected(self, chain):
+        agent, events = chain
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET payload = '{}'::jsonb WHERE id = %s", [events[0].pk]
+        )
+        assert not chain_verify(agent=agent).ok
+        bystander = Event.objects.exclude(agent=agent).get().agent
+        assert chain_verify(agent=bystander).ok
+
+
+class TestEventList:
+    def test_scoped_to_the_agent(self):
+        mine = EventFactory()
+        EventFactory()
+        assert list(event_list(agent=mine.agent)) == [mine]
+
+    def test_time_bounds_after_inclusive_before_exclusive(self):
+        agent = AgentFactory()
+        t = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+        early, at, late = (
+            EventFactory(agent=agent, occurred_at=t - timedelta(hours=1)),
+            EventFactory(agent=agent, occurred_at=t),
+            EventFactory(agent=agent, occurred_at=t + timedelta(hours=1)),
+        )
+        assert list(event_list(agent=agent, occurred_after=t).order_by("seq")) == [at, late]
+        assert list(event_list(agent=agent, occurred_before=t).order_by("seq")) == [early]
+        recorded = at.recorded_at
+        assert event_list(agent=agent, recorded_after=recorded).count() == 3
+        assert event_list(agent=agent, recorded_before=recorded).count() == 0
+        assert (
+            event_list(agent=agent, recorded_before=recorded + timedelta(microseconds=1)).count()
+            == 3
+        )
+        assert (
+            event_list(agent=agent, recorded_after=recorded + timedelta(microseconds=1)).count()
+            == 0
+        )
+
+
+class TestGet:
+    def test_event_get_of_another_agents_event_is_not_found(self):
+        theirs = EventFactory()
+        mine = AgentFactory()
+        with pytest.raises(NotFound, match=f"event {theirs.pk} not found"):
+            event_get(agent=mine, event_id=theirs.pk)
+        assert event_get(agent=theirs.agent, event_id=theirs.pk) == theirs
+
+    def test_source_get_and_list_are_scoped(self):
+        theirs = SourceFactory()
+        mine = SourceFactory()
+        assert list(source_list(agent=mine.agent)) == [mine]
+        with pytest.raises(NotFound, match=f"source {theirs.pk} not found"):
+            source_get(agent=mine.agent, source_id=theirs.pk)
+        assert source_get(agent=theirs.agent, source_id=theirs.pk) == theirs
