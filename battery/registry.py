@@ -193,9 +193,9 @@ def suite_list() -> list[Suite]:
 def suites_select(*, codes: Sequence[str] | None) -> list[Suite]:
     """The suites named (in code order, each once), or every suite when codes is empty."""
     available = {suite.code: suite for suite in suite_list()}
-    if not codes:
+    wanted = sorted({code.strip().upper() for code in codes or () if code.strip()})
+    if not wanted:
         return list(available.values())
-    wanted = sorted({code.strip().upper() for code in codes if code.strip()})
     unknown = [code for code in wanted if code not in available]
     if unknown:
         raise InvalidInput(

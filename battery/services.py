@@ -19,7 +19,7 @@ from .registry import ItemOutcome, suites_select
 from .report import report_write
 from .runner import ItemContext, item_execute
 from .scoring import Scorecard, SuiteResult, score_run, suite_result
-from .transport import ApiClient, Transport, transport_open
+from .transport import ApiClient, Transport, TransportFailure, transport_open
 
 # The battery must never be throttled by its own traffic.
 THROWAWAY_RATE_PER_MINUTE = 1_000_000
@@ -49,6 +49,25 @@ def throwaway_agents_deactivate(*, agent_ids: Sequence) -> int:
     for agent in agents:
         agent_deactivate(agent=agent)
     return len(agents)
+
+
+class TargetUnusable(Exception):
+    """The service cannot be driven at all, so the run is an error, not a score."""
+
+
+def _preflight(*, client: ApiClient) -> None:
+    """The service must answer as the throwaway agent; otherwise no item can mean
+    anything (wrong URL, server down, or a server on another database)."""
+    try:
+        response = client.get("/api/v1/agent")
+    except TransportFailure as exc:
+        raise TargetUnusable(f"the service did not answer: {exc}") from exc
+    name = response.body.get("name") if isinstance(response.body, dict) else None
+    if response.status != 200 or name != client.agent.name:
+        raise TargetUnusable(
+            f"{client.transport.target} did not answer GET /api/v1/agent as {client.agent.name}: "
+            f"{response.describe()}"
+        )
 
 
 def item_result_record(*, run: BatteryRun, outcome: ItemOutcome) -> ItemResult:
@@ -133,6 +152,7 @@ def battery_run(
         primary = new_client()
         run.agent_name = primary.agent.name
         run.save(update_fields=["agent_name"])
+        _preflight(client=primary)
         results = []
         for suite in suites:
             outcomes = []
@@ -152,6 +172,8 @@ def battery_run(
                     on_item(outcome)
             results.append(suite_result(suite=suite, outcomes=outcomes))
         run_finish(run=run, results=results, card=score_run(results))
+    except TargetUnusable as exc:
+        run_error(run=run, error=str(exc))
     except Exception:
         run_error(run=run, error=traceback.format_exc())
     finally:

@@ -26,6 +26,10 @@ from piper.tenancy.models import Agent
 IN_PROCESS = "in-process"
 
 
+class TransportFailure(Exception):
+    """The request never got an answer (connection refused, timeout, …)."""
+
+
 @dataclass(frozen=True)
 class ApiResponse:
     status: int
@@ -113,15 +117,18 @@ class HttpTransport:
     def request(
         self, method: str, path: str, *, body: Any = None, headers: Mapping[str, str] | None = None
     ) -> ApiResponse:
-        response = self._client.request(
-            method.upper(),
-            path,
-            content=None if body is None else json.dumps(body).encode(),
-            headers={
-                **({"Content-Type": "application/json"} if body is not None else {}),
-                **(headers or {}),
-            },
-        )
+        try:
+            response = self._client.request(
+                method.upper(),
+                path,
+                content=None if body is None else json.dumps(body).encode(),
+                headers={
+                    **({"Content-Type": "application/json"} if body is not None else {}),
+                    **(headers or {}),
+                },
+            )
+        except httpx.TransportError as exc:
+            raise TransportFailure(f"{method.upper()} {self.target}{path}: {exc!r}") from exc
         return ApiResponse(
             status=response.status_code,
             body=_parse(response.text, response.headers.get("content-type", "")),

@@ -1,0 +1,90 @@
+"""Fake suites and a context builder for the battery's own tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from battery.models import BatteryRun
+from battery.registry import ItemFailure, Suite, SuiteSummary
+from battery.runner import ItemContext
+from battery.services import throwaway_client_create
+from battery.taxonomy import FailureCode
+from battery.transport import ApiResponse, Transport
+
+
+def fake_suite(
+    code: str,
+    *,
+    weight: float = 0,
+    gate: float = 1.0,
+    results: Sequence[bool | FailureCode] = (True,),
+    summary: SuiteSummary | None = None,
+) -> Suite:
+    """A suite whose items pass (True) or fail with the given code, touching nothing."""
+    suite = Suite(
+        code=code, name=f"Fake {code}", description="made by a test", weight=weight, gate=gate
+    )
+    if summary is not None:
+        suite.summarize = lambda outcomes: summary
+    for index, result in enumerate(results):
+
+        def item(ctx, result=result, index=index):
+            if result is True:
+                return {"index": index}
+            raise ItemFailure(result, f"item {index} failed on purpose")
+
+        suite.item(f"item_{index}", f"Fake item {index}", default_code=FailureCode.W0)(item)
+    return suite
+
+
+class RewritingTransport:
+    """Wraps a real transport and rewrites what the service answered: a broken
+    service, as the battery would see it."""
+
+    def __init__(
+        self,
+        inner: Transport,
+        rewrite: Callable[[str, str, Any, ApiResponse], ApiResponse],
+        *,
+        rewrite_request: Callable[[str, str, Any], Any] | None = None,
+    ):
+        self.inner, self.rewrite, self.rewrite_request = inner, rewrite, rewrite_request
+        self.target = inner.target
+
+    def request(self, method, path, *, body=None, headers=None) -> ApiResponse:
+        if self.rewrite_request is not None:
+            body = self.rewrite_request(method, path, body)
+        return self.rewrite(
+            method, path, body, self.inner.request(method, path, body=body, headers=headers)
+        )
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+EVENT_PATH = re.compile(r"^/api/v1/events/[0-9a-f-]{36}$")
+
+
+def replace(response: ApiResponse, **changes: Any) -> ApiResponse:
+    return dataclasses.replace(response, **changes)
+
+
+def item_context(
+    *, item: str, transport: Transport, seed: int = 3, suite: str = "L"
+) -> ItemContext:
+    """A context like the runner's: a stored run, a throwaway primary agent, more on demand."""
+    run = BatteryRun.objects.create(seed=seed, suites=[suite], target=transport.target)
+    clients = [throwaway_client_create(run=run, transport=transport, number=1)]
+
+    def new_client():
+        clients.append(
+            throwaway_client_create(run=run, transport=transport, number=len(clients) + 1)
+        )
+        return clients[-1]
+
+    return ItemContext(
+        run_id=run.pk, seed=seed, suite=suite, item=item, client=clients[0], new_client=new_client
+    )

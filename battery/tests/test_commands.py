@@ -1,0 +1,243 @@
+import io
+import json
+import re
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from battery.models import BatteryRun, ItemResult
+from battery.registry import SuiteSummary, registered
+from battery.taxonomy import FailureCode
+from piper.tenancy.models import Agent
+
+from .helpers import fake_suite
+
+L_ITEMS = ["append_read_back", "batch_atomic", "idempotent_retry", "tamper_detected", "isolation"]
+L_TITLES = [
+    "Append one event; read it back by id and in the list",
+    "A batch is appended whole, or not at all",
+    "A retried write with its Idempotency-Key writes once",
+    "A payload altered behind the trigger is caught at its seq",
+    "Another agent's key cannot see, count or reference this agent's events",
+]
+
+
+def battery(*args: str) -> str:
+    out = io.StringIO()
+    call_command("battery", *args, stdout=out, no_color=True)
+    return out.getvalue()
+
+
+def test_run_suite_L_passes_and_stores_the_run_and_its_items(db, tmp_path):
+    output = battery("run", "--suite", "L", "--report", str(tmp_path), "--seed", "11")
+
+    run = BatteryRun.objects.get()
+    assert (run.status, run.score, run.uncapped_score, run.suites, run.seed, run.target) == (
+        "passed",
+        100.0,
+        100.0,
+        ["L"],
+        11,
+        "in-process",
+    )
+    assert re.fullmatch(r"battery-[0-9a-f]{12}-1", run.agent_name)
+    assert run.report_dir == str(tmp_path.resolve())
+    assert run.error == ""
+    assert run.finished_at > run.started_at
+    assert run.suite_scores == {
+        "L": {
+            "name": "Ledger integrity",
+            "weight": 0,
+            "gate": 1.0,
+            "items": 5,
+            "passed": 5,
+            "pass_rate": 1.0,
+            "score": 100.0,
+            "gate_passed": True,
+            "metrics": {},
+        },
+    }
+    assert run.gates == [
+        {
+            "name": "L pass rate >= 100%",
+            "kind": "suite",
+            "passed": True,
+            "detail": "5/5 items passed (100.0%)",
+        }
+    ]
+    items = list(
+        ItemResult.objects.filter(run=run)
+        .order_by("id")
+        .values_list("suite", "item", "title", "passed", "failure_code", "detail")
+    )
+    assert items == [
+        ("L", key, title, True, "", "") for key, title in zip(L_ITEMS, L_TITLES, strict=True)
+    ]
+
+    # The primary agent, the tamper item's and the isolation item's: all throwaway, all deactivated.
+    prefix = run.agent_name[:-2]
+    assert list(
+        Agent.objects.filter(is_throwaway=True).order_by("name").values_list("name", "is_active")
+    ) == [
+        (f"{prefix}-1", False),
+        (f"{prefix}-2", False),
+        (f"{prefix}-3", False),
+    ]
+
+    for key in L_ITEMS:
+        assert re.search(rf"^  L\.{key} +pass +[0-9.]+ ms$", output, re.MULTILINE), output
+    assert (
+        "L     Ledger integrity                  0      5       5   100.0  pass (>= 100%)" in output
+    )
+    assert (
+        f"total 100.00   status passed   seed 11   target in-process   agent {run.agent_name}"
+        in output
+    )
+    assert output.rstrip().endswith(f"report: {tmp_path.resolve()}/report.html")
+
+
+def test_report_json_and_html_hold_the_run(db, tmp_path):
+    battery("run", "--suite", "L", "--report", str(tmp_path), "--seed", "4")
+    run = BatteryRun.objects.get()
+
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert sorted(report) == [
+        "agent",
+        "duration_s",
+        "error",
+        "failure_codes",
+        "finished_at",
+        "gates",
+        "id",
+        "items",
+        "metrics",
+        "score",
+        "seed",
+        "started_at",
+        "status",
+        "suites",
+        "target",
+        "uncapped_score",
+    ]
+    assert (report["id"], report["status"], report["score"], report["seed"], report["agent"]) == (
+        str(run.pk),
+        "passed",
+        100.0,
+        4,
+        run.agent_name,
+    )
+    assert report["suites"] == run.suite_scores
+    assert report["gates"] == run.gates
+    assert report["failure_codes"] == {}
+    assert [(i["suite"], i["item"], i["passed"], i["failure_code"]) for i in report["items"]] == [
+        ("L", key, True, "") for key in L_ITEMS
+    ]
+    batch = report["items"][1]["metrics"]
+    assert sorted(batch) == ["batch_size", "invalid_field", "invalid_index", "refused_size"]
+
+    html = (tmp_path / "report.html").read_text()
+    for key, title in zip(L_ITEMS, L_TITLES, strict=True):
+        assert f"<code>L.{key}</code>" in html
+        assert title.replace("'", "&#x27;") in html
+    assert "<svg" in html and "<style>" in html
+    # Self-contained: nothing is fetched from anywhere.
+    assert not re.search(r"""(src|href)=["']?(https?:)?//|<link|<script|@import""", html)
+
+
+def test_the_same_seed_draws_the_same_items(db, tmp_path):
+    battery("run", "--suite", "L", "--report", str(tmp_path / "a"), "--seed", "99")
+    battery("run", "--suite", "L", "--report", str(tmp_path / "b"), "--seed", "99")
+    first, second = (
+        json.loads((tmp_path / name / "report.json").read_text())["items"] for name in ("a", "b")
+    )
+    assert [i["metrics"] for i in first] == [i["metrics"] for i in second]
+    battery("run", "--suite", "L", "--report", str(tmp_path / "c"), "--seed", "100")
+    third = json.loads((tmp_path / "c" / "report.json").read_text())["items"]
+    assert [i["metrics"] for i in third] != [i["metrics"] for i in first]
+
+
+def test_a_failing_gate_exits_non_zero_with_status_failed(db, tmp_path):
+    failing = fake_suite("ZF", weight=5, results=[True, FailureCode.R1, True, True])
+    with registered(failing), pytest.raises(CommandError) as caught:
+        battery("run", "--suite", "ZF", "--report", str(tmp_path))
+    run = BatteryRun.objects.get()
+    assert str(caught.value) == f"battery run {run.pk} failed its gates: ZF pass rate >= 100%"
+    assert caught.value.returncode == 1
+    assert (run.status, run.score, run.suites) == ("failed", 75.0, ["ZF"])
+    assert list(
+        run.items.order_by("id").values_list("item", "passed", "failure_code", "detail")
+    ) == [
+        ("item_0", True, "", ""),
+        ("item_1", False, "R1", "item 1 failed on purpose"),
+        ("item_2", True, "", ""),
+        ("item_3", True, "", ""),
+    ]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["status"], report["failure_codes"]) == ("failed", {"R1": 1})
+    assert "item 1 failed on purpose" in (tmp_path / "report.html").read_text()
+
+
+def test_caps_over_reported_metrics_limit_the_stored_score(db, tmp_path):
+    facts = fake_suite(
+        "ZC", weight=20, summary=SuiteSummary(score=100, metrics={"current_fact_accuracy": 0.75})
+    )
+    skills = fake_suite(
+        "ZD", weight=20, summary=SuiteSummary(score=90, metrics={"procedure_execution": 0.65})
+    )
+    with registered(facts, skills), pytest.raises(CommandError):
+        battery("run", "--suite", "ZC,ZD", "--report", str(tmp_path))
+    run = BatteryRun.objects.get()
+    assert (run.status, run.uncapped_score, run.score) == ("failed", 95.0, 85.0)
+    assert run.metrics == {"current_fact_accuracy": 0.75, "procedure_execution": 0.65}
+    assert [(g["kind"], g["passed"]) for g in run.gates] == [
+        ("suite", True),
+        ("suite", True),
+        ("cap", True),
+        ("cap", False),
+    ]
+    assert run.gates[3]["detail"] == (
+        "current_fact_accuracy 0.75; below 0.8: current_fact_accuracy; total capped at 85 "
+        "(not reported: as_of_accuracy, cancelled_intention_suppression, negative_transfer_safety)"
+    )
+
+
+def test_an_unknown_suite_is_refused_before_anything_is_stored(db):
+    with pytest.raises(CommandError, match=r"^unknown suite Q9; available: "):
+        battery("run", "--suite", "Q9")
+    assert BatteryRun.objects.count() == 0
+
+
+def test_an_unreachable_service_is_an_error_not_a_score(db, tmp_path):
+    with pytest.raises(CommandError) as caught:
+        battery(
+            "run", "--suite", "L", "--base-url", "http://127.0.0.1:9", "--report", str(tmp_path)
+        )
+    run = BatteryRun.objects.get()
+    assert str(caught.value) == f"battery run {run.pk} could not complete; see its error above"
+    assert (run.status, run.score, run.target) == ("error", None, "http://127.0.0.1:9")
+    assert run.error.startswith(
+        "the service did not answer: GET http://127.0.0.1:9/api/v1/agent: ConnectError("
+    )
+    assert run.items.count() == 0
+    assert Agent.objects.get(name=run.agent_name).is_active is False
+    assert json.loads((tmp_path / "report.json").read_text())["status"] == "error"
+
+
+def test_list_shows_every_suite():
+    with registered(fake_suite("ZL", weight=2, gate=0.5, results=[True, True])):
+        output = battery("list")
+    lines = output.splitlines()
+    assert lines[0] == "suite  weight   gate  items  name"
+    assert "L           0   100%      5  Ledger integrity" in lines
+    assert "ZL          2    50%      2  Fake ZL" in lines
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_over_http_against_a_live_server(live_server, tmp_path):
+    output = battery(
+        "run", "--suite", "L", "--base-url", live_server.url, "--report", str(tmp_path)
+    )
+    run = BatteryRun.objects.get()
+    assert (run.status, run.score, run.target) == ("passed", 100.0, live_server.url)
+    assert list(run.items.values_list("passed", flat=True)) == [True] * 5
+    assert f"target {live_server.url}" in output

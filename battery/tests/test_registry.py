@@ -1,0 +1,100 @@
+import pytest
+
+from battery import registry
+from battery.registry import DESIGN_WEIGHTS, Suite, registered, suite_list, suites_select
+from battery.taxonomy import FailureCode
+from piper.errors import InvalidInput
+
+from .helpers import fake_suite
+
+
+def _suite(**overrides) -> Suite:
+    return Suite(**{"code": "ZZ", "name": "Z", "description": "", "weight": 1, **overrides})
+
+
+@pytest.mark.parametrize("code", ["l", "", "ABCDE", "1A", "A-B"])
+def test_a_suite_code_is_one_to_four_upper_case_letters_or_digits(code):
+    with pytest.raises(ValueError, match="1-4 upper-case letters or digits"):
+        _suite(code=code)
+
+
+def test_design_suites_must_carry_their_design_weight():
+    with pytest.raises(ValueError, match=r"suite C: DESIGN.md §9 gives it weight 20, not 15"):
+        _suite(code="C", weight=15)
+    assert _suite(code="C", weight=20).weight == 20
+    assert DESIGN_WEIGHTS == {"A": 15, "B": 15, "C": 20, "D": 20, "E": 20, "F": 5, "G": 5, "L": 0}
+    assert sum(DESIGN_WEIGHTS.values()) == 100
+
+
+@pytest.mark.parametrize("overrides", [{"gate": 1.01}, {"gate": -0.1}, {"weight": -1}])
+def test_gate_and_weight_ranges(overrides):
+    with pytest.raises(ValueError):
+        _suite(**overrides)
+
+
+def test_items_keep_declaration_order_and_unique_keys():
+    suite = _suite()
+
+    @suite.item("second_thing", "B", default_code=FailureCode.R0)
+    def b(ctx):
+        return None
+
+    @suite.item("first_thing", "A", default_code="W0")
+    def a(ctx):
+        return None
+
+    assert [(i.key, i.title, i.default_code) for i in suite.items] == [
+        ("second_thing", "B", FailureCode.R0),
+        ("first_thing", "A", FailureCode.W0),
+    ]
+    with pytest.raises(ValueError, match="suite ZZ already has an item 'first_thing'"):
+        suite.item("first_thing", "again", default_code=FailureCode.W0)
+    with pytest.raises(ValueError, match="item key 'Bad Key'"):
+        suite.item("Bad Key", "bad", default_code=FailureCode.W0)
+
+
+def test_suite_L_is_discovered_with_its_items_in_order():
+    suites = {suite.code: suite for suite in suite_list()}
+    ledger = suites["L"]
+    assert (ledger.name, ledger.weight, ledger.gate) == ("Ledger integrity", 0, 1.0)
+    assert [item.key for item in ledger.items] == [
+        "append_read_back",
+        "batch_atomic",
+        "idempotent_retry",
+        "tamper_detected",
+        "isolation",
+    ]
+    assert [item.default_code for item in ledger.items] == [
+        FailureCode.W0,
+        FailureCode.W0,
+        FailureCode.W0,
+        FailureCode.I0,
+        FailureCode.R3,
+    ]
+
+
+def test_registered_adds_a_suite_for_the_block_only():
+    fake = fake_suite("ZQ")
+    with registered(fake):
+        assert suites_select(codes=["zq"]) == [fake]
+        with pytest.raises(ValueError, match="another suite is already registered as 'ZQ'"):
+            registry.register(fake_suite("ZQ"))
+        registry.register(fake)  # the same object again is a no-op
+    assert "ZQ" not in {suite.code for suite in suite_list()}
+
+
+def test_suites_select_orders_dedupes_and_defaults_to_every_suite():
+    first, second = fake_suite("ZA"), fake_suite("ZB")
+    with registered(second, first):
+        assert suites_select(codes=["ZB", " za", "ZB"]) == [first, second]
+        assert suites_select(codes=None) == suite_list()
+        assert suites_select(codes=[" "]) == suite_list()
+        assert [s.code for s in suite_list()] == sorted(s.code for s in suite_list())
+
+
+def test_suites_select_refuses_unknown_codes():
+    with pytest.raises(InvalidInput) as caught:
+        suites_select(codes=["L", "Q9"])
+    assert caught.value.code == "unknown_suite"
+    assert caught.value.details == {"suites": ["Q9"]}
+    assert caught.value.message.startswith("unknown suite Q9; available: ")

@@ -1,0 +1,210 @@
+import pytest
+
+from battery.registry import ItemOutcome, SuiteSummary, pass_rate
+from battery.scoring import CAPS, Gate, SuiteResult, score_run, suite_result, weighted_total
+
+from .helpers import fake_suite
+
+
+def _outcome(passed: bool) -> ItemOutcome:
+    return ItemOutcome(
+        suite="ZS",
+        item="i",
+        title="t",
+        passed=passed,
+        failure_code="" if passed else "W0",
+        detail="",
+        metrics={},
+        duration_ms=1.0,
+    )
+
+
+def _result(code, *, weight, score, items=4, passed=4, gate=1.0, metrics=None) -> SuiteResult:
+    return SuiteResult(
+        code=code,
+        name=code,
+        weight=weight,
+        gate=gate,
+        items=items,
+        passed=passed,
+        score=score,
+        metrics=metrics or {},
+    )
+
+
+def test_default_suite_score_is_the_pass_rate_times_100():
+    suite = fake_suite("ZS", weight=5, gate=0.75)
+    result = suite_result(suite=suite, outcomes=[_outcome(True)] * 3 + [_outcome(False)])
+    assert result == SuiteResult(
+        code="ZS", name="Fake ZS", weight=5, gate=0.75, items=4, passed=3, score=75.0, metrics={}
+    )
+    assert (result.pass_rate, result.gate_passed) == (0.75, True)
+    assert pass_rate([]) == 0.0
+
+
+def test_a_suite_may_summarise_itself():
+    suite = fake_suite("ZS", summary=SuiteSummary(score=42.5, metrics={"as_of_accuracy": 0.5}))
+    result = suite_result(suite=suite, outcomes=[_outcome(True)])
+    assert (result.score, result.metrics, result.pass_rate) == (42.5, {"as_of_accuracy": 0.5}, 1.0)
+
+
+def test_a_summary_outside_0_100_is_refused():
+    suite = fake_suite("ZS", summary=SuiteSummary(score=101))
+    with pytest.raises(ValueError, match="suite ZS summarised a score of 101; scores are 0-100"):
+        suite_result(suite=suite, outcomes=[_outcome(True)])
+
+
+def test_suite_gate_needs_the_minimum_pass_rate_and_at_least_one_item():
+    assert _result("X", weight=1, score=0, items=4, passed=3, gate=0.75).gate_passed is True
+    assert _result("X", weight=1, score=0, items=4, passed=2, gate=0.75).gate_passed is False
+    assert _result("X", weight=1, score=0, items=0, passed=0, gate=0.0).gate_passed is False
+
+
+def test_total_is_weighted_over_suites_with_weight_and_ignores_weight_zero():
+    results = [
+        _result("A", weight=15, score=80),
+        _result("C", weight=20, score=45),
+        _result("L", weight=0, score=0, passed=0),
+    ]
+    # (15 * 80 + 20 * 45) / 35 = 2100 / 35
+    assert weighted_total(results) == 60.0
+
+
+def test_total_of_weight_zero_suites_alone_is_their_combined_pass_rate():
+    results = [
+        _result("L", weight=0, score=100, items=5, passed=5),
+        _result("Z", weight=0, score=0, items=3, passed=1),
+    ]
+    assert weighted_total(results) == 75.0  # 6 of 8 items
+    assert weighted_total([]) == 0.0
+
+
+def test_no_caps_apply_when_no_suite_reports_their_metrics():
+    card = score_run([_result("A", weight=15, score=90), _result("L", weight=0, score=100)])
+    assert (card.total, card.uncapped_total, card.metrics, card.passed) == (90.0, 90.0, {}, True)
+    assert card.gates == [
+        Gate(
+            name="A pass rate >= 100%",
+            kind="suite",
+            passed=True,
+            detail="4/4 items passed (100.0%)",
+        ),
+        Gate(
+            name="L pass rate >= 100%",
+            kind="suite",
+            passed=True,
+            detail="4/4 items passed (100.0%)",
+        ),
+    ]
+
+
+def test_the_70_cap_applies_when_a_first_tier_metric_is_below_60_percent():
+    card = score_run(
+        [
+            _result("C", weight=20, score=95, metrics={"current_fact_accuracy": 0.59}),
+            _result("D", weight=20, score=85, metrics={"procedure_execution": 0.9}),
+        ]
+    )
+    assert (card.uncapped_total, card.total, card.passed) == (90.0, 70, False)
+    assert card.gates[2:] == [
+        Gate(
+            name="cap 70: current_fact_accuracy, procedure_execution, handover_retention >= 0.6",
+            kind="cap",
+            passed=False,
+            detail="current_fact_accuracy 0.59; procedure_execution 0.9; below 0.6: current_fact_accuracy; "
+            "total capped at 70 (not reported: handover_retention)",
+        ),
+        Gate(
+            name="cap 85: current_fact_accuracy, as_of_accuracy, cancelled_intention_suppression, "
+            "negative_transfer_safety >= 0.8",
+            kind="cap",
+            passed=False,
+            detail="current_fact_accuracy 0.59; below 0.8: current_fact_accuracy; total capped at 85 "
+            "(not reported: as_of_accuracy, cancelled_intention_suppression, negative_transfer_safety)",
+        ),
+    ]
+
+
+def test_the_85_cap_alone_when_second_tier_metrics_sit_between_60_and_80_percent():
+    card = score_run(
+        [
+            _result(
+                "C",
+                weight=20,
+                score=100,
+                metrics={"current_fact_accuracy": 0.95, "as_of_accuracy": 0.6},
+            ),
+            _result("E", weight=20, score=90, metrics={"cancelled_intention_suppression": 0.8}),
+            _result("A", weight=15, score=100, metrics={"handover_retention": 0.6}),
+        ]
+    )
+    # (20 * 100 + 20 * 90 + 15 * 100) / 55 = 5300 / 55
+    assert card.uncapped_total == 5300 / 55
+    assert card.total == 85
+    assert [(g.kind, g.passed) for g in card.gates] == [
+        ("suite", True),
+        ("suite", True),
+        ("suite", True),
+        ("cap", True),
+        ("cap", False),
+    ]
+    assert card.gates[4].detail == (
+        "current_fact_accuracy 0.95; as_of_accuracy 0.6; cancelled_intention_suppression 0.8; "
+        "below 0.8: as_of_accuracy; total capped at 85 (not reported: negative_transfer_safety)"
+    )
+
+
+def test_a_cap_never_raises_a_lower_total():
+    card = score_run([_result("F", weight=5, score=40, metrics={"negative_transfer_safety": 0.1})])
+    assert (card.uncapped_total, card.total, card.passed) == (40.0, 40.0, False)
+
+
+def test_exactly_on_the_threshold_passes():
+    card = score_run(
+        [
+            _result(
+                "C",
+                weight=20,
+                score=100,
+                metrics={"current_fact_accuracy": 0.8, "procedure_execution": 0.6},
+            )
+        ]
+    )
+    assert (card.total, card.passed) == (100.0, True)
+
+
+def test_when_two_suites_report_one_metric_the_lower_counts():
+    card = score_run(
+        [
+            _result("C", weight=20, score=100, metrics={"current_fact_accuracy": 0.9}),
+            _result("G", weight=5, score=100, metrics={"current_fact_accuracy": 0.7}),
+        ]
+    )
+    assert card.metrics == {"current_fact_accuracy": 0.7}
+    assert card.total == 85
+
+
+def test_a_failed_suite_gate_fails_the_run_without_capping():
+    card = score_run([_result("B", weight=15, score=50, items=4, passed=2, gate=0.75)])
+    assert (card.total, card.passed) == (50.0, False)
+    assert card.gates == [
+        Gate(
+            name="B pass rate >= 75%", kind="suite", passed=False, detail="2/4 items passed (50.0%)"
+        )
+    ]
+
+
+def test_the_caps_are_the_ones_design_section_9_names():
+    assert [(cap.ceiling, cap.threshold, cap.metrics) for cap in CAPS] == [
+        (70, 0.6, ("current_fact_accuracy", "procedure_execution", "handover_retention")),
+        (
+            85,
+            0.8,
+            (
+                "current_fact_accuracy",
+                "as_of_accuracy",
+                "cancelled_intention_suppression",
+                "negative_transfer_safety",
+            ),
+        ),
+    ]
