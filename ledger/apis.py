@@ -74,8 +74,8 @@ class EventListApi(APIView):
                 "send an event object, or {\"events\": [...]} for a batch",
                 details={"body": ["expected a JSON object"]},
             )
-        if "events" in body and isinstance(body["events"], list):
-            if len(body["events"]) > settings.PIPER_MAX_BATCH_EVENTS:
+        if "events" in body:
+            if isinstance(body["events"], list) and len(body["events"]) > settings.PIPER_MAX_BATCH_EVENTS:
                 raise PayloadTooLarge(
                     f"a batch holds at most {settings.PIPER_MAX_BATCH_EVENTS} events; "
                     f"this one has {len(body['events'])}: split it",
