@@ -138,9 +138,13 @@ def battery_run(
         raise InvalidInput("no battery suites are registered", code="no_suites")
     seed = secrets.randbelow(2**31) if seed is None else seed
     transport = transport_open(base_url=base_url)
-    run = BatteryRun.objects.create(
-        seed=seed, suites=[suite.code for suite in suites], target=transport.target
-    )
+    try:
+        run = BatteryRun.objects.create(
+            seed=seed, suites=[suite.code for suite in suites], target=transport.target
+        )
+    except Exception:
+        transport.close()
+        raise
     agent_ids: list = []
 
     def new_client() -> ApiClient:

@@ -113,6 +113,10 @@ class HttpTransport:
     def __init__(self, *, base_url: str, timeout: float = 30.0) -> None:
         self.target = base_url.rstrip("/")
         self._client = httpx.Client(base_url=self.target, timeout=timeout)
+        # httpx logs every request at INFO; the battery prints its own progress.
+        self._httpx_logger = logging.getLogger("httpx")
+        self._previous_level = self._httpx_logger.level
+        self._httpx_logger.setLevel(logging.WARNING)
 
     def request(
         self, method: str, path: str, *, body: Any = None, headers: Mapping[str, str] | None = None
@@ -138,6 +142,7 @@ class HttpTransport:
 
     def close(self) -> None:
         self._client.close()
+        self._httpx_logger.setLevel(self._previous_level)
 
 
 def transport_open(*, base_url: str | None) -> Transport:

@@ -1,5 +1,6 @@
 import io
 import json
+import logging
 import re
 
 import pytest
@@ -241,3 +242,32 @@ def test_run_over_http_against_a_live_server(live_server, tmp_path):
     assert (run.status, run.score, run.target) == ("passed", 100.0, live_server.url)
     assert list(run.items.values_list("passed", flat=True)) == [True] * 5
     assert f"target {live_server.url}" in output
+
+
+def test_a_suite_that_breaks_outside_its_items_makes_the_run_an_error(db, tmp_path):
+    broken = fake_suite("ZE", weight=5, summary=SuiteSummary(score=101))
+    with registered(broken), pytest.raises(CommandError, match="could not complete"):
+        battery("run", "--suite", "ZE", "--report", str(tmp_path))
+    run = BatteryRun.objects.get()
+    assert (run.status, run.score) == ("error", None)
+    assert run.error.startswith("Traceback (most recent call last):")
+    assert run.error.endswith("ValueError: suite ZE summarised a score of 101; scores are 0-100")
+    assert run.items.count() == 1  # the item itself ran and was stored
+
+
+def test_a_report_that_cannot_be_written_makes_the_run_an_error(db, tmp_path):
+    occupied = tmp_path / "a-file"
+    occupied.write_text("not a directory")
+    with pytest.raises(CommandError, match="could not complete"):
+        battery("run", "--suite", "L", "--report", str(occupied))
+    run = BatteryRun.objects.get()
+    assert (run.status, run.score, run.report_dir) == ("error", 100.0, "")
+    assert run.error.startswith("the report could not be written:\nTraceback")
+    assert "FileExistsError" in run.error
+
+
+def test_the_run_leaves_django_request_logging_as_it_found_it(db, tmp_path):
+    logger = logging.getLogger("django.request")
+    before = logger.level
+    battery("run", "--suite", "L", "--report", str(tmp_path))
+    assert logger.level == before
