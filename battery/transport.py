@@ -42,7 +42,7 @@ class ApiResponse:
             return self.body["error"].get("code")
         return None
 
-    def describe(self, limit: int = 400) -> str:
+    def describe(self, *, limit: int = 400) -> str:
         text = self.text if len(self.text) <= limit else self.text[:limit] + "…"
         return f"HTTP {self.status} {text}"
 
