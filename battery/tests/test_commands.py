@@ -13,6 +13,8 @@ from piper.tenancy.models import Agent
 
 from .helpers import fake_suite
 
+pytestmark = pytest.mark.slow  # these run the battery
+
 L_ITEMS = ["append_read_back", "batch_atomic", "idempotent_retry", "tamper_detected", "isolation"]
 L_TITLES = [
     "Append one event; read it back by id and in the list",
