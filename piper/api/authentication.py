@@ -16,7 +16,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if not header:
             return None
         parts = header.split()
-        if len(parts) != 2 or parts[0] != self.keyword:
+        # The scheme is case-insensitive (RFC 9110 §11.1): "bearer" is "Bearer".
+        if len(parts) != 2 or parts[0].lower() != self.keyword.lower():
             raise exceptions.AuthenticationFailed(
                 "malformed Authorization header: send 'Authorization: Bearer <api key>'"
             )

@@ -10,7 +10,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from piper.canonical import canonical_json, sha256_hex
+from piper.canonical import sha256_hex
 from piper.errors import InvalidInput, Unprocessable
 
 from .models import IdempotencyRecord
@@ -20,15 +20,24 @@ MAX_KEY_LENGTH = 255
 
 
 def _fingerprint(request: Request) -> str:
-    return sha256_hex(f"{request.method} {request.path}\n{canonical_json(request.data)}")
+    # Not canonical_json: a body the write will refuse (NaN, infinity, lone
+    # surrogates) still needs a fingerprint, so that the refusal is a 400, not a 500.
+    body = json.dumps(
+        request.data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True
+    )
+    return sha256_hex(f"{request.method} {request.path}\n{body}")
 
 
-def idempotent_write(request: Request, write: Callable[[], Response]) -> Response:
+def idempotent_write(
+    request: Request, write: Callable[[], Response], *, secret_fields: tuple[str, ...] = ()
+) -> Response:
     """Run `write` in one transaction; with an Idempotency-Key, at most once per key.
 
     The key is claimed with INSERT … ON CONFLICT DO NOTHING inside the write's
     transaction: a concurrent retry waits for the first to commit, then replays
     its answer; if the first rolls back, the retry does the write itself.
+    `secret_fields` of the answer are not stored, so a replay shows them as null
+    (a new API key's secret is shown once and kept nowhere).
     """
     key = request.headers.get(HEADER)
     if key is None:
@@ -55,6 +64,8 @@ def idempotent_write(request: Request, write: Callable[[], Response]) -> Respons
             return response
         response = write()
         body = json.loads(JSONRenderer().render(response.data)) if response.data is not None else None
+        if isinstance(body, dict):
+            body.update({name: None for name in secret_fields if name in body})
         IdempotencyRecord.objects.filter(pk=record.pk).update(
             response_status=response.status_code, response_body=body
         )

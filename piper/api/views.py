@@ -82,7 +82,7 @@ class ApiKeyListApi(APIView):
             api_key.key = raw
             return Response(self.CreatedSerializer(api_key).data, status=status.HTTP_201_CREATED)
 
-        return idempotent_write(request, write)
+        return idempotent_write(request, write, secret_fields=("key",))
 
 
 class ApiKeyDetailApi(APIView):
