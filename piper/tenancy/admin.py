@@ -34,7 +34,9 @@ class AgentAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        created = agent_create(name=obj.name, description=obj.description)
+        created = agent_create(name=obj.name, description=obj.description, is_throwaway=obj.is_throwaway)
+        if not obj.is_active:  # the form's State section, which agent_create does not take
+            agent_deactivate(agent=created)
         obj.pk, obj.created_at = created.pk, created.created_at
 
     def has_delete_permission(self, request, obj=None):

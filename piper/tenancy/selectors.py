@@ -20,4 +20,6 @@ def api_key_for_secret(raw_key: str) -> ApiKey | None:
 
 
 def api_key_list(*, agent: Agent) -> QuerySet[ApiKey]:
-    return ApiKey.objects.filter(agent=agent).order_by("-created_at")
+    """This agent's keys, newest first. Keys made in one transaction share
+    created_at; the time-ordered (UUIDv7) id breaks the tie to the millisecond."""
+    return ApiKey.objects.filter(agent=agent).order_by("-created_at", "-id")

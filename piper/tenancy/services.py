@@ -28,7 +28,9 @@ def hash_key(raw_key: str) -> str:
 
 def agent_create(*, name: str, description: str = "", is_throwaway: bool = False) -> Agent:
     """Create an agent. Raises InvalidInput for a bad name, Conflict if it exists."""
-    if not AGENT_NAME.match(name):
+    # fullmatch: with match, "$" would accept a trailing newline, which the
+    # database's check constraint then refuses (and which read as a Conflict).
+    if not isinstance(name, str) or not AGENT_NAME.fullmatch(name):
         raise InvalidInput(
             f"agent name {name!r} is invalid: use 1-100 letters, digits, '-', '_' or '.', "
             "starting with a letter or digit",
@@ -68,8 +70,18 @@ def api_key_create(
     scopes: Iterable[str] = (Scope.READ, Scope.WRITE),
     rate_per_minute: int | None = None,
 ) -> tuple[ApiKey, str]:
-    """Create a key and return it with the raw secret, which is never stored or shown again."""
+    """Create a key and return it with the raw secret, which is never stored or shown again.
+
+    Raises InvalidInput for empty or unknown scopes or a rate that is not a positive integer.
+    """
     scopes = _normalise_scopes(scopes)
+    if rate_per_minute is not None and (
+        isinstance(rate_per_minute, bool) or not isinstance(rate_per_minute, int) or rate_per_minute < 1
+    ):
+        raise InvalidInput(
+            f"rate_per_minute must be a positive integer or empty; got {rate_per_minute!r}",
+            details={"rate_per_minute": ["must be a positive integer"]},
+        )
     raw_key = KEY_PREFIX + secrets.token_urlsafe(32)
     api_key = ApiKey.objects.create(
         agent=agent,

@@ -1,4 +1,5 @@
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from piper.errors import PiperError
 from piper.tenancy.models import Agent
@@ -23,12 +24,14 @@ class Command(BaseCommand):
 
     def handle(self, *args, name, description, scopes, existing_ok, key_name, quiet, **options):
         try:
-            agent = Agent.objects.filter(name=name).first() if existing_ok else None
-            if agent is None:
-                agent = agent_create(name=name, description=description)
-            api_key, raw = api_key_create(
-                agent=agent, name=key_name, scopes=[s.strip() for s in scopes.split(",") if s.strip()]
-            )
+            # One transaction: a refused key (bad scopes) must not leave a keyless agent behind.
+            with transaction.atomic():
+                agent = Agent.objects.filter(name=name).first() if existing_ok else None
+                if agent is None:
+                    agent = agent_create(name=name, description=description)
+                api_key, raw = api_key_create(
+                    agent=agent, name=key_name, scopes=[s.strip() for s in scopes.split(",") if s.strip()]
+                )
         except PiperError as exc:
             raise CommandError(exc.message) from exc
         if quiet:
