@@ -54,7 +54,9 @@ def event_get(*, agent: Agent, event_id: uuid.UUID) -> Event:
 
 
 def source_list(*, agent: Agent) -> QuerySet[Source]:
-    return Source.objects.filter(agent=agent).select_related("source_event")
+    """Newest first; sources registered in one transaction share created_at, so
+    the time-ordered id breaks the tie."""
+    return Source.objects.filter(agent=agent).order_by("-created_at", "-id")
 
 
 def source_get(*, agent: Agent, source_id: uuid.UUID) -> Source:

@@ -1,5 +1,6 @@
 """ledger.selectors: scoped reads and the chain verifier."""
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -197,6 +198,13 @@ class TestGet:
         with pytest.raises(NotFound, match=f"event {theirs.pk} not found"):
             event_get(agent=mine, event_id=theirs.pk)
         assert event_get(agent=theirs.agent, event_id=theirs.pk) == theirs
+
+    def test_source_list_is_newest_first(self):
+        agent = AgentFactory()
+        first = SourceFactory(agent=agent)
+        time.sleep(0.002)  # ids are time-ordered to the millisecond
+        second = SourceFactory(agent=agent)
+        assert list(source_list(agent=agent)) == [second, first]
 
     def test_source_get_and_list_are_scoped(self):
         theirs = SourceFactory()
