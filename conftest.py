@@ -6,6 +6,8 @@ from rest_framework.test import APIClient
 from piper.tenancy.models import Scope
 from piper.tenancy.services import agent_create, api_key_create
 
+pytest_plugins = ["piper.testing"]
+
 
 class AgentClient(APIClient):
     """An API client that authenticates as one agent's key."""

@@ -1,0 +1,103 @@
+"""setup_periodic_tasks: the schedule lives in code and the command is idempotent."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
+
+from piper.celery import app
+from piper.tenancy.management.commands.setup_periodic_tasks import PERIODIC_TASKS
+
+pytestmark = pytest.mark.django_db
+
+
+def run() -> str:
+    out = StringIO()
+    call_command("setup_periodic_tasks", stdout=out)
+    return out.getvalue()
+
+
+def rows() -> list[dict]:
+    return list(PeriodicTask.objects.order_by("name").values())
+
+
+def summary() -> list[tuple]:
+    return [
+        (t.name, t.task, str(t.interval or t.crontab), t.enabled, t.expire_seconds)
+        for t in PeriodicTask.objects.select_related("interval", "crontab").order_by("name")
+    ]
+
+
+def test_creates_the_periodic_tasks():
+    assert run() == (
+        "created    piper:beat-heartbeat\n"
+        "created    piper:purge-idempotency-records\n"
+        "created    piper:verify-ledger-chains\n"
+    )
+    assert summary() == [
+        ("piper:beat-heartbeat", "piper.beat_heartbeat", "every 30 seconds", True, 30),
+        (
+            "piper:purge-idempotency-records",
+            "api.purge_idempotency_records",
+            "7 * * * * (m/h/dM/MY/d) UTC",
+            True,
+            3600,
+        ),
+        (
+            "piper:verify-ledger-chains",
+            "ledger.verify_chains",
+            "30 3 * * * (m/h/dM/MY/d) UTC",
+            True,
+            21600,
+        ),
+    ]
+
+
+def test_running_twice_leaves_exactly_the_same_rows():
+    run()
+    first = rows()
+    schedules = (list(IntervalSchedule.objects.values()), list(CrontabSchedule.objects.values()))
+
+    assert run() == (
+        "unchanged  piper:beat-heartbeat\n"
+        "unchanged  piper:purge-idempotency-records\n"
+        "unchanged  piper:verify-ledger-chains\n"
+    )
+    assert rows() == first
+    assert (
+        list(IntervalSchedule.objects.values()),
+        list(CrontabSchedule.objects.values()),
+    ) == schedules
+    assert len(schedules[0]) == 1 and len(schedules[1]) == 2
+
+
+def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
+    run()
+    every_minute = IntervalSchedule.objects.create(every=60, period=IntervalSchedule.SECONDS)
+    PeriodicTask.objects.filter(name="piper:beat-heartbeat").update(
+        interval=every_minute, enabled=False
+    )
+    PeriodicTask.objects.create(name="piper:retired-job", task="piper.ping", interval=every_minute)
+    PeriodicTask.objects.create(name="operator-job", task="piper.ping", interval=every_minute)
+
+    assert run() == (
+        "updated    piper:beat-heartbeat\n"
+        "unchanged  piper:purge-idempotency-records\n"
+        "unchanged  piper:verify-ledger-chains\n"
+        "disabled   piper:retired-job\n"
+    )
+    assert [(name, enabled) for name, _, _, enabled, _ in summary()] == [
+        ("operator-job", True),
+        ("piper:beat-heartbeat", True),
+        ("piper:purge-idempotency-records", True),
+        ("piper:retired-job", False),
+        ("piper:verify-ledger-chains", True),
+    ]
+    assert PeriodicTask.objects.get(name="piper:beat-heartbeat").interval.every == 30
+
+
+def test_every_scheduled_task_is_registered_with_celery():
+    app.loader.import_default_modules()
+
+    assert [spec.task for spec in PERIODIC_TASKS if spec.task not in app.tasks] == []

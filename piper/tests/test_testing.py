@@ -1,0 +1,51 @@
+"""The pytest plugin's own pieces that need no worker."""
+
+import dj_database_url
+import pytest
+
+from piper.testing import database_url
+
+
+@pytest.mark.parametrize(
+    "settings_dict",
+    [
+        {
+            "NAME": "test_piper",
+            "USER": "postgres",
+            "PASSWORD": "",
+            "HOST": "/work/x/var/postgres",
+            "PORT": "",
+        },
+        {
+            "NAME": "test_piper",
+            "USER": "pi@per",
+            "PASSWORD": "p:w/d@1",
+            "HOST": "db.internal",
+            "PORT": 6543,
+        },
+        {
+            "NAME": "test_piper",
+            "USER": "piper",
+            "PASSWORD": "",
+            "HOST": "127.0.0.1",
+            "PORT": "5432",
+            "OPTIONS": {"sslmode": "require"},
+        },
+    ],
+    ids=["unix-socket", "tcp-quoted-credentials", "tcp-options"],
+)
+def test_database_url_parses_back_into_the_same_connection_settings(settings_dict):
+    parsed = dj_database_url.parse(database_url(settings_dict))
+
+    fields = ("NAME", "USER", "PASSWORD", "HOST")
+    assert {f: parsed[f] for f in fields} == {f: settings_dict[f] for f in fields}
+    assert str(parsed["PORT"]) == str(settings_dict["PORT"])
+    assert parsed.get("OPTIONS", {}) == settings_dict.get("OPTIONS", {})
+
+
+def test_database_url_for_the_embedded_socket():
+    url = database_url(
+        {"NAME": "test_piper", "USER": "postgres", "HOST": "/srv/piper/var/postgres"}
+    )
+
+    assert url == "postgresql://postgres@%2Fsrv%2Fpiper%2Fvar%2Fpostgres/test_piper"
