@@ -61,19 +61,28 @@ class _UnstorablePayload(ValueError):
     pass
 
 
-def _as_stored(value: Any, path: str = "payload") -> Any:
+MAX_PAYLOAD_DEPTH = 100
+
+
+def _as_stored(value: Any, path: str = "payload", depth: int = 0) -> Any:
     """The payload as PostgreSQL's jsonb will give it back, so its hash survives a read.
 
     jsonb keeps numbers as exact decimals and prints them without exponents:
     the float 1e16 comes back as the integer 10000000000000000, and -0.0 as
     0.0. Hashing the value as written would make every such event look
     tampered with. jsonb also refuses NUL characters, and no JSON holds NaN,
-    infinities or lone surrogates: those raise _UnstorablePayload.
+    infinities or lone surrogates: those raise _UnstorablePayload, and so does
+    nesting deeper than MAX_PAYLOAD_DEPTH (rather than a RecursionError).
     """
+    if isinstance(value, dict | list) and depth >= MAX_PAYLOAD_DEPTH:
+        raise _UnstorablePayload(f"{path}: nested deeper than {MAX_PAYLOAD_DEPTH} levels")
     if isinstance(value, dict):
-        return {_as_stored(k, path): _as_stored(v, f"{path}.{k}") for k, v in value.items()}
+        return {
+            _as_stored(k, path, depth): _as_stored(v, f"{path}.{k}", depth + 1)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [_as_stored(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_as_stored(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
     if isinstance(value, float):
         if not math.isfinite(value):
             raise _UnstorablePayload(f"{path}: numbers must be finite (no NaN or infinity)")
@@ -88,7 +97,9 @@ def _as_stored(value: Any, path: str = "payload") -> Any:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise _UnstorablePayload(f"{path}: text must be valid Unicode (no lone surrogates)") from None
+            raise _UnstorablePayload(
+                f"{path}: text must be valid Unicode (no lone surrogates)"
+            ) from None
     return value
 
 
@@ -137,7 +148,9 @@ def _check_drafts(*, agent: Agent, drafts: Sequence[EventDraft]) -> None:
     }
     if references:
         # Another agent's event is indistinguishable from a missing one.
-        known = set(Event.objects.filter(agent=agent, id__in=references).values_list("id", flat=True))
+        known = set(
+            Event.objects.filter(agent=agent, id__in=references).values_list("id", flat=True)
+        )
         missing = sorted(str(r) for r in references - known)
         if missing:
             raise Unprocessable(
@@ -211,7 +224,9 @@ def event_append(*, agent: Agent, event_type: str, **fields: Any) -> Event:
 PURGE_SETTING = "piper.ledger_purge"
 
 
-def event_redact(*, agent: Agent, event_id: uuid.UUID, reason: str, requested_by: str = "") -> Tombstone:
+def event_redact(
+    *, agent: Agent, event_id: uuid.UUID, reason: str, requested_by: str = ""
+) -> Tombstone:
     """The one sanctioned change to a stored event: the retention purge.
 
     Replaces the payload with {} and stamps redacted_at, through a
@@ -240,13 +255,21 @@ def event_redact(*, agent: Agent, event_id: uuid.UUID, reason: str, requested_by
         purge_event = event_append(
             agent=agent,
             event_type="ledger.event_redacted",
-            payload={"event_id": str(event.pk), "seq": event.seq, "reason": reason,
-                     "payload_hash": event.payload_hash},
+            payload={
+                "event_id": str(event.pk),
+                "seq": event.seq,
+                "reason": reason,
+                "payload_hash": event.payload_hash,
+            },
             actor=requested_by,
             source_type=SourceType.OPERATOR,
         )
         return Tombstone.objects.create(
-            agent=agent, event=event, reason=reason, requested_by=requested_by, purge_event=purge_event
+            agent=agent,
+            event=event,
+            reason=reason,
+            requested_by=requested_by,
+            purge_event=purge_event,
         )
 
 
@@ -282,14 +305,24 @@ def source_register(
             event = event_append(
                 agent=agent,
                 event_type="source.registered",
-                payload={"title": title, "uri": uri, "content_hash": content_hash, "media_type": media_type},
+                payload={
+                    "title": title,
+                    "uri": uri,
+                    "content_hash": content_hash,
+                    "media_type": media_type,
+                },
                 actor=actor,
                 source_type=SourceType.DOCUMENT,
                 source_ref=uri,
             )
             source = Source.objects.create(
-                agent=agent, title=title, uri=uri, content=content, content_hash=content_hash,
-                media_type=media_type, source_event=event,
+                agent=agent,
+                title=title,
+                uri=uri,
+                content=content,
+                content_hash=content_hash,
+                media_type=media_type,
+                source_event=event,
             )
             return source, True
     except IntegrityError:

@@ -415,6 +415,41 @@ class TestBadInput:
         )
         assert ledger_state() == before
 
+    def test_payload_nested_deeper_than_100_levels(self, client_a):
+        before = ledger_state()
+        deepest = "payload.x" + "[0]" * 99
+        for depth in (100, 900):
+            body = '{"event_type": "a.b", "payload": {"x": ' + "[" * depth + "]" * depth + "}}"
+            response = client_a.post(
+                "/api/v1/events",
+                body,
+                content_type="application/json",
+                HTTP_IDEMPOTENCY_KEY=f"deep-{depth}",
+            )
+            assert response.status_code == 400
+            assert response.json() == error(
+                "invalid",
+                f"payload: {deepest}: nested deeper than 100 levels",
+                {"payload": [f"{deepest}: nested deeper than 100 levels"]},
+            )
+        assert ledger_state() == before
+        body = '{"event_type": "a.b", "payload": {"x": ' + "[" * 99 + "]" * 99 + "}}"
+        assert (
+            client_a.post("/api/v1/events", body, content_type="application/json").status_code
+            == 201
+        )
+
+    @pytest.mark.parametrize("path", ["/api/v1/events", "/api/v1/sources"])
+    def test_json_too_deep_to_parse(self, client_a, path):
+        before = ledger_state()
+        body = "[" * 100_000 + "]" * 100_000
+        response = client_a.post(path, body, content_type="application/json")
+        assert response.status_code == 400
+        assert response.json() == error(
+            "malformed_json", "the request body is nested too deeply to parse"
+        )
+        assert ledger_state() == before
+
     def test_lone_surrogate(self, client_a):
         before = ledger_state()
         body = '{"event_type": "a.b", "payload": {"x": "\\ud800"}}'

@@ -49,6 +49,13 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
             error_body("payload_too_large", "request body is larger than the service accepts"),
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
+    if isinstance(exc, RecursionError) and "decoding a JSON" in str(exc):
+        # json.loads gives up on deep nesting with a RecursionError, which DRF's
+        # parser does not turn into a ParseError.
+        return Response(
+            error_body("malformed_json", "the request body is nested too deeply to parse"),
+            status=status.HTTP_400_BAD_REQUEST,
+        )
     if isinstance(exc, Http404):
         return Response(error_body("not_found", "not found"), status=status.HTTP_404_NOT_FOUND)
     if not isinstance(exc, exceptions.APIException):
@@ -64,9 +71,7 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         details = _drf_details(exc.detail)
         body = error_body("invalid", _first_message(details), details)
     elif isinstance(exc, exceptions.ParseError):
-        body = error_body(
-            "malformed_json", f"the request body is not valid JSON: {exc.detail}"
-        )
+        body = error_body("malformed_json", f"the request body is not valid JSON: {exc.detail}")
     elif isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
         body = error_body("not_authenticated", str(exc.detail))
     elif isinstance(exc, exceptions.Throttled):
