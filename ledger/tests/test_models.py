@@ -84,6 +84,36 @@ class TestAppendOnly:
                 [event.pk],
             )
 
+    def test_purge_setting_only_empties_the_payload(self):
+        event = EventFactory(payload={"x": 1})
+        with pytest.raises(
+            IntegrityError, match=f"ledger purge may only redact the payload of event {event.pk}"
+        ):
+            run_sql(
+                f"SELECT set_config('{PURGE_SETTING}', 'on', true); "
+                "UPDATE ledger_event SET payload = '{\"x\": 2}'::jsonb, redacted_at = now() WHERE id = %s",
+                [event.pk],
+            )
+        assert Event.objects.get(pk=event.pk).payload == {"x": 1}
+
+    def test_purge_setting_cannot_touch_a_purged_event_again(self):
+        agent = AgentFactory()
+        target = EventFactory(agent=agent, payload={"x": 1})
+        event_redact(agent=agent, event_id=target.pk, reason="erasure")
+        redacted_at = Event.objects.get(pk=target.pk).redacted_at
+        for assignment in [
+            "payload = '{\"x\": 1}'::jsonb",
+            "redacted_at = now() + interval '1 day'",
+        ]:
+            with pytest.raises(IntegrityError, match="ledger purge may only redact the payload"):
+                run_sql(
+                    f"SELECT set_config('{PURGE_SETTING}', 'on', true); "
+                    f"UPDATE ledger_event SET {assignment} WHERE id = %s",
+                    [target.pk],
+                )
+        row = Event.objects.get(pk=target.pk)
+        assert (row.payload, row.redacted_at) == ({}, redacted_at)
+
     def test_purge_setting_is_transaction_local(self):
         agent = AgentFactory()
         target = EventFactory(agent=agent, payload={"x": 1})
