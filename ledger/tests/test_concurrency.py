@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection, transaction
 
-from ledger.models import Event
+from ledger.models import Event, Source
 from ledger.selectors import chain_verify
-from ledger.services import EventDraft, event_append, events_append
+from ledger.services import EventDraft, event_append, events_append, source_register
 from piper.tenancy.tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -101,4 +101,25 @@ def test_a_rolled_back_append_leaves_no_gap():
         event_append(agent=agent, event_type="a.lost")
         raise RuntimeError("the caller's transaction fails after the append")
     assert event_append(agent=agent, event_type="a.next").seq == 2
+    assert chain_verify(agent=agent).ok
+
+
+def test_concurrent_registrations_of_one_document_make_one_source():
+    agent = AgentFactory()
+    start = threading.Barrier(2)
+
+    @in_thread
+    def register(title):
+        start.wait()
+        return source_register(agent=agent, title=title, content="the same document")
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(register, ["first", "second"]))
+
+    assert results[0][0].pk == results[1][0].pk
+    assert sorted(created for _, created in results) == [False, True]
+    assert Source.objects.filter(agent=agent).count() == 1
+    assert list(Event.objects.filter(agent=agent).values_list("event_type", flat=True)) == [
+        "source.registered"
+    ]
     assert chain_verify(agent=agent).ok
