@@ -43,7 +43,9 @@ def _redis_socket_path() -> Path:
 
 
 REDIS_SOCKET = _redis_socket_path()
-DEFAULT_DB_NAME = "piper"
+# PIPER_DB_NAME picks another database on the embedded server (benchmarks use
+# their own, so a million bench rows never land in a developer's data).
+DEFAULT_DB_NAME = os.environ.get("PIPER_DB_NAME", "piper")
 
 
 @contextlib.contextmanager

@@ -1,0 +1,100 @@
+"""Shared set-up for the HTTP benchmarks: a separate database, a real gunicorn, a bench agent.
+
+The benchmarks run against the same stack production runs (gunicorn, the
+embedded or configured PostgreSQL, Redis for throttling), in a database of
+their own (PIPER_DB_NAME=piper_bench on the embedded server) so they never
+touch a developer's data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def bench_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PIPER_DB_NAME", "piper_bench")
+    env.setdefault("DJANGO_SETTINGS_MODULE", "piper.settings.local")
+    env.setdefault("PIPER_CACHE_PREFIX", "piper-bench")
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def setup_django() -> None:
+    os.environ.update({k: v for k, v in bench_env().items() if k not in os.environ})
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def migrate() -> None:
+    subprocess.run([PYTHON, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=bench_env(), check=True)
+
+
+def bench_client_key(name: str) -> str:
+    """A fresh agent with an unthrottled-for-benchmarks key."""
+    from piper.tenancy.services import agent_create, api_key_create
+
+    agent = agent_create(name=f"{name}-{int(time.time() * 1000)}")
+    _, raw = api_key_create(agent=agent, name="bench", scopes=["read", "write"], rate_per_minute=10_000_000)
+    return raw
+
+
+@contextlib.contextmanager
+def gunicorn(port: int, workers: int = 2, threads: int = 1):
+    cmd = [
+        PYTHON, "-m", "gunicorn", "piper.wsgi",
+        "--bind", f"127.0.0.1:{port}",
+        "--workers", str(workers), "--threads", str(threads),
+        "--log-level", "warning",
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=bench_env())
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code in (200, 503):
+                    break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("gunicorn did not start")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summary_ms(samples: list[float]) -> dict[str, float]:
+    return {
+        "n": len(samples),
+        "p50_ms": round(percentile(samples, 50) * 1000, 2),
+        "p90_ms": round(percentile(samples, 90) * 1000, 2),
+        "p99_ms": round(percentile(samples, 99) * 1000, 2),
+        "mean_ms": round(statistics.fmean(samples) * 1000, 2),
+    }
+
+
+def machine() -> str:
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
