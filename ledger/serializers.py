@@ -3,7 +3,7 @@
 from django.conf import settings
 from rest_framework import serializers
 
-from piper.api.serializers import StrictSerializer
+from piper.api.serializers import StrictCharField, StrictFloatField, StrictSerializer
 from piper.provenance import Authority, PrivacyClass, RetentionClass, SourceType
 
 from .models import Event, Source
@@ -19,18 +19,18 @@ class EventInputSerializer(StrictSerializer):
     occurred_at = serializers.DateTimeField(
         required=False, help_text="When it happened (ISO 8601). Defaults to the record time."
     )
-    session_id = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
-    actor = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    session_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+    actor = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
     source_type = serializers.ChoiceField(
         choices=SourceType.choices, required=False, default=SourceType.AGENT_INFERENCE
     )
-    source_ref = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    source_ref = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
     authority = serializers.ChoiceField(
         choices=Authority.choices, required=False,
         help_text="Defaults from source_type (operator > system_observation > user_statement > "
         "tool_result > agent_inference > third_party).",
     )
-    confidence = serializers.FloatField(min_value=0.0, max_value=1.0, required=False, default=1.0)
+    confidence = StrictFloatField(min_value=0.0, max_value=1.0, required=False, default=1.0)
     parent_event_id = serializers.UUIDField(required=False, allow_null=True, default=None)
     correction_of = serializers.UUIDField(required=False, allow_null=True, default=None)
     privacy_class = serializers.ChoiceField(
@@ -101,11 +101,11 @@ class EventListQuerySerializer(StrictSerializer):
 
 
 class SourceInputSerializer(StrictSerializer):
-    title = serializers.CharField(max_length=500)
-    uri = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
-    content = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
-    content_hash = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
-    media_type = serializers.CharField(max_length=100, required=False, default="text/plain")
+    title = StrictCharField(max_length=500)
+    uri = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
+    content = StrictCharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+    content_hash = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
+    media_type = StrictCharField(max_length=100, required=False, default="text/plain")
 
 
 class SourceOutputSerializer(serializers.ModelSerializer):

@@ -324,6 +324,11 @@ class TestBadInput:
                 "A valid number is required.",
             ),
             ({"event_type": "a.b", "session_id": {"id": 1}}, "session_id", "Not a valid string."),
+            # Types are not coerced: a number is not a string, a string or a bool not a number.
+            ({"event_type": "a.b", "session_id": 5}, "session_id", "Not a valid string."),
+            ({"event_type": "a.b", "actor": True}, "actor", "Not a valid string."),
+            ({"event_type": "a.b", "confidence": "0.5"}, "confidence", "A valid number is required."),
+            ({"event_type": "a.b", "confidence": True}, "confidence", "A valid number is required."),
             (
                 {"event_type": "a.b", "source_type": "rumour"},
                 "source_type",
