@@ -1,0 +1,39 @@
+# The README's two commands: `make run` and `make test`. Nothing to install
+# beyond python3: PostgreSQL (with pgvector) and Redis start embedded when
+# DATABASE_URL / REDIS_URL are unset.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Written after a successful install; pyproject.toml changes trigger a re-install.
+STAMP := $(VENV)/.piper-installed
+PORT ?= 8000
+export PORT
+
+.PHONY: install run test stop lint
+
+install: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch first, pinned: pip takes the 2.13.0 CPU wheel from this machine's disk;
+# left to sentence-transformers it would download a CUDA build of several GB.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet 'torch==2.13.0'
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+run: install
+	$(PY) scripts/run.py
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+stop:
+	$(PY) -m piper.embedded stop
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
