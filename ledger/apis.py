@@ -7,7 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from piper.api.idempotency import idempotent_write
-from piper.api.pagination import SeqCursorPagination
+from piper.api.pagination import NewestIdCursorPagination, SeqCursorPagination
 from piper.errors import InvalidInput, PayloadTooLarge
 
 from . import selectors, services
@@ -113,9 +113,11 @@ class EventDetailApi(APIView):
 
 
 class SourceListApi(APIView):
-    @extend_schema(responses=SourceOutputSerializer(many=True), summary="Registered sources")
+    @extend_schema(responses=SourceOutputSerializer(many=True), summary="Registered sources, newest first")
     def get(self, request):
-        return Response(SourceOutputSerializer(selectors.source_list(agent=request.user)[:1000], many=True).data)
+        paginator = NewestIdCursorPagination()
+        page = paginator.paginate_queryset(selectors.source_list(agent=request.user), request, view=self)
+        return paginator.get_paginated_response(SourceOutputSerializer(page, many=True).data)
 
     @extend_schema(request=SourceInputSerializer, responses={201: SourceOutputSerializer, 200: SourceOutputSerializer},
                    summary="Register a document as evidence (idempotent per content)")

@@ -54,9 +54,8 @@ def event_get(*, agent: Agent, event_id: uuid.UUID) -> Event:
 
 
 def source_list(*, agent: Agent) -> QuerySet[Source]:
-    """Newest first; sources registered in one transaction share created_at, so
-    the time-ordered id breaks the tie."""
-    return Source.objects.filter(agent=agent).order_by("-created_at", "-id")
+    """Newest first by the time-ordered id (created_at ties within a transaction)."""
+    return Source.objects.filter(agent=agent).order_by("-id")
 
 
 def source_get(*, agent: Agent, source_id: uuid.UUID) -> Source:

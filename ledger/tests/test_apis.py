@@ -842,8 +842,8 @@ class TestSources:
         mine = client_a.post("/api/v1/sources", body, format="json").json()
         theirs = client_b.post("/api/v1/sources", body, format="json").json()
         assert mine["id"] != theirs["id"]
-        assert client_a.get("/api/v1/sources").json() == [mine]
-        assert client_b.get("/api/v1/sources").json() == [theirs]
+        assert client_a.get("/api/v1/sources").json()["results"] == [mine]
+        assert client_b.get("/api/v1/sources").json()["results"] == [theirs]
         assert client_a.get(f"/api/v1/sources/{mine['id']}").json() == mine
         response = client_a.get(f"/api/v1/sources/{theirs['id']}")
         assert response.status_code == 404
@@ -855,4 +855,16 @@ class TestSources:
                 "/api/v1/sources", {"title": f"T{i}", "content": f"text {i}"}, format="json"
             )
         with django_assert_num_queries(2):
-            assert len(client_a.get("/api/v1/sources").json()) == 5
+            assert len(client_a.get("/api/v1/sources").json()["results"]) == 5
+
+    def test_list_pages_newest_first_each_source_once(self, client_a):
+        created = [
+            client_a.post("/api/v1/sources", {"title": f"T{i}", "content": f"text {i}"}, format="json").json()
+            for i in range(7)
+        ]
+        seen, url = [], "/api/v1/sources?limit=3"
+        while url:
+            page = client_a.get(url).json()
+            seen += page["results"]
+            url = page["next"]
+        assert [s["id"] for s in seen] == [s["id"] for s in reversed(created)]

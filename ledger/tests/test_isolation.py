@@ -132,7 +132,7 @@ def test_sources_of_another_agent_are_invisible(client_a, client_b):
     theirs = client_a.post(
         "/api/v1/sources", {"title": "A's", "content": "private"}, format="json"
     ).json()
-    assert client_b.get("/api/v1/sources").json() == []
+    assert client_b.get("/api/v1/sources").json()["results"] == []
     response = client_b.get(f"/api/v1/sources/{theirs['id']}")
     assert (response.status_code, response.json()) == (
         404,

@@ -4,10 +4,12 @@ from rest_framework.pagination import CursorPagination
 from piper.errors import InvalidInput
 
 
-class SeqCursorPagination(CursorPagination):
-    """Opaque cursors over a unique, immutable sequence: stable under concurrent appends."""
+class StrictCursorPagination(CursorPagination):
+    """Opaque cursors over a unique, immutable ordering: stable under concurrent appends.
 
-    ordering = "seq"
+    Subclasses name the ordering; a bad cursor is a 400, not DRF's 404.
+    """
+
     page_size = 100
     page_size_query_param = "limit"
     max_page_size = 1000
@@ -22,3 +24,13 @@ class SeqCursorPagination(CursorPagination):
                 code="invalid_cursor",
                 details={"cursor": ["invalid cursor"]},
             ) from None
+
+
+class SeqCursorPagination(StrictCursorPagination):
+    ordering = "seq"
+
+
+class NewestIdCursorPagination(StrictCursorPagination):
+    """Newest first by a time-ordered (UUIDv7) primary key."""
+
+    ordering = "-id"
