@@ -189,6 +189,22 @@ def celery_worker_process(django_db_setup):
         # Before pytest-django tears the test database down: a connected worker
         # would keep DROP DATABASE from succeeding.
         worker.stop()
+        _forget(worker)
+
+
+def _forget(worker: WorkerProcess) -> None:
+    """Remove this run's queue bindings and the worker's heartbeat from the shared Redis."""
+    from django_redis import get_redis_connection
+
+    from piper.celery import app
+    from piper.heartbeat import WORKER_PREFIX
+
+    queue = worker.queue
+    with app.connection_for_write() as connection:
+        connection.default_channel.client.delete(
+            queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}"
+        )
+    get_redis_connection("default").delete(WORKER_PREFIX + worker.hostname)
 
 
 def pytest_configure(config):
