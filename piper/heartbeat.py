@@ -8,6 +8,7 @@ waits on a broadcast to the workers.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -26,10 +27,8 @@ def worker_beat(hostname: str) -> None:
 def start_worker_heartbeat(hostname: str) -> threading.Thread:
     def loop() -> None:
         while True:
-            try:
+            with contextlib.suppress(Exception):  # Redis down: /healthz will say so
                 worker_beat(hostname)
-            except Exception:  # Redis down: /healthz will say so
-                pass
             time.sleep(WORKER_INTERVAL)
 
     thread = threading.Thread(target=loop, name="piper-heartbeat", daemon=True)

@@ -258,7 +258,9 @@ def main() -> int:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
 
     if not port_free(port):
-        raise RunError(f"port {port} on 127.0.0.1 is in use; choose another: make run PORT=8123")
+        raise RunError(
+            f"port {port} on 127.0.0.1 is in use; choose another, e.g. make run PORT={port + 1}"
+        )
 
     if not env.get("DATABASE_URL") or not env.get("REDIS_URL"):
         step("starting embedded PostgreSQL / Redis (DATABASE_URL / REDIS_URL unset)")
