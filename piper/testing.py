@@ -20,6 +20,7 @@ skips them).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -190,6 +191,7 @@ def celery_worker_process(django_db_setup):
         # would keep DROP DATABASE from succeeding.
         worker.stop()
         _forget(worker)
+        shutil.rmtree(worker.log_path.parent, ignore_errors=True)
 
 
 def _forget(worker: WorkerProcess) -> None:
