@@ -20,7 +20,9 @@ class AgentClient(APIClient):
 
 def make_client(name: str, scopes=(Scope.READ, Scope.WRITE), rate_per_minute=None) -> AgentClient:
     agent = agent_create(name=name)
-    api_key, raw = api_key_create(agent=agent, name="test", scopes=scopes, rate_per_minute=rate_per_minute)
+    api_key, raw = api_key_create(
+        agent=agent, name="test", scopes=scopes, rate_per_minute=rate_per_minute
+    )
     return AgentClient(agent, raw, api_key)
 
 

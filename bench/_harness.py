@@ -44,7 +44,9 @@ def setup_django() -> None:
 
 
 def migrate() -> None:
-    subprocess.run([PYTHON, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=bench_env(), check=True)
+    subprocess.run(
+        [PYTHON, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=bench_env(), check=True
+    )
 
 
 def bench_client_key(name: str) -> str:
@@ -52,24 +54,37 @@ def bench_client_key(name: str) -> str:
     from piper.tenancy.services import agent_create, api_key_create
 
     agent = agent_create(name=f"{name}-{int(time.time() * 1000)}")
-    _, raw = api_key_create(agent=agent, name="bench", scopes=["read", "write"], rate_per_minute=10_000_000)
+    _, raw = api_key_create(
+        agent=agent, name="bench", scopes=["read", "write"], rate_per_minute=10_000_000
+    )
     return raw
 
 
 @contextlib.contextmanager
 def gunicorn(port: int, workers: int = 2, threads: int = 1):
     cmd = [
-        PYTHON, "-m", "gunicorn", "piper.wsgi",
-        "--bind", f"127.0.0.1:{port}",
-        "--workers", str(workers), "--threads", str(threads),
-        "--log-level", "warning",
+        PYTHON,
+        "-m",
+        "gunicorn",
+        "piper.wsgi",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(workers),
+        "--threads",
+        str(threads),
+        "--log-level",
+        "warning",
     ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=bench_env())
     try:
         deadline = time.monotonic() + 60
         while True:
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code in (200, 503):
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code in (
+                    200,
+                    503,
+                ):
                     break
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise RuntimeError("gunicorn did not start")

@@ -26,8 +26,12 @@ def preload(key: str, count: int) -> None:
     agent = api_key_for_secret(key).agent
     for first in range(0, count, 5000):
         drafts = [
-            EventDraft(event_type="observation.recorded", session_id=f"s-{n // 500}", actor="preload",
-                       payload={"n": n, "text": f"preloaded event {n} with some words in it"})
+            EventDraft(
+                event_type="observation.recorded",
+                session_id=f"s-{n // 500}",
+                actor="preload",
+                payload={"n": n, "text": f"preloaded event {n} with some words in it"},
+            )
             for n in range(first, min(count, first + 5000))
         ]
         events_append(agent=agent, drafts=drafts)
@@ -39,7 +43,9 @@ def main() -> None:
     parser.add_argument("--preload", type=int, default=200_000)
     parser.add_argument("--port", type=int, default=8312)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1, help=">1 selects gunicorn's gthread worker (keep-alive)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help=">1 selects gunicorn's gthread worker (keep-alive)"
+    )
     args = parser.parse_args()
 
     migrate()
@@ -50,26 +56,36 @@ def main() -> None:
     t0 = time.perf_counter()
     preload(key, args.preload)
     print(f"machine: {machine()}")
-    print(f"preloaded {args.preload:,} events in {time.perf_counter() - t0:.1f} s; "
-          f"ledger table now {Event.objects.count():,} rows")
+    print(
+        f"preloaded {args.preload:,} events in {time.perf_counter() - t0:.1f} s; "
+        f"ledger table now {Event.objects.count():,} rows"
+    )
 
     rng = random.Random(7)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     posts: list[float] = []
     gets: list[float] = []
     ids: list[str] = []
-    with gunicorn(args.port, workers=args.workers, threads=args.threads) as base_url, httpx.Client(
-        base_url=base_url, headers=headers, timeout=30
-    ) as http:
+    with (
+        gunicorn(args.port, workers=args.workers, threads=args.threads) as base_url,
+        httpx.Client(base_url=base_url, headers=headers, timeout=30) as http,
+    ):
         for n in range(200):  # warm-up: connections, imports, plan caches
-            r = http.post("/api/v1/events", content=json.dumps({"event_type": "warm.up", "payload": {"n": n}}))
+            r = http.post(
+                "/api/v1/events", content=json.dumps({"event_type": "warm.up", "payload": {"n": n}})
+            )
             ids.append(r.json()["id"])
             http.get(f"/api/v1/events/{ids[-1]}")
         for n in range(args.requests):
-            body = json.dumps({
-                "event_type": "tool.called", "session_id": "latency", "actor": "agent",
-                "source_type": "tool_result", "payload": {"tool": "search", "query": f"q {n}", "n": n},
-            })
+            body = json.dumps(
+                {
+                    "event_type": "tool.called",
+                    "session_id": "latency",
+                    "actor": "agent",
+                    "source_type": "tool_result",
+                    "payload": {"tool": "search", "query": f"q {n}", "n": n},
+                }
+            )
             t = time.perf_counter()
             r = http.post("/api/v1/events", content=body)
             posts.append(time.perf_counter() - t)

@@ -21,7 +21,14 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from _harness import bench_client_key, gunicorn, machine, migrate, setup_django, summary_ms
 
-EVENT_TYPES = ["user.said", "agent.said", "tool.called", "tool.returned", "observation.recorded", "plan.updated"]
+EVENT_TYPES = [
+    "user.said",
+    "agent.said",
+    "tool.called",
+    "tool.returned",
+    "observation.recorded",
+    "plan.updated",
+]
 SOURCES = ["user_statement", "tool_result", "observation", "agent_inference"]
 
 
@@ -35,20 +42,57 @@ def make_event(rng: random.Random, n: int, base: datetime) -> dict:
         "source_ref": f"call-{n}",
         "confidence": round(rng.uniform(0.5, 1.0), 3),
         "payload": {
-            "text": " ".join(rng.choice(["deploy", "failed", "memory", "batch", "retry", "ok", "timeout", "user", "asked", "for", "the", "report"]) for _ in range(rng.randint(8, 30))),
-            "tool": {"name": "shell", "args": {"cmd": f"run job {n}", "timeout_s": rng.randint(1, 600)}},
+            "text": " ".join(
+                rng.choice(
+                    [
+                        "deploy",
+                        "failed",
+                        "memory",
+                        "batch",
+                        "retry",
+                        "ok",
+                        "timeout",
+                        "user",
+                        "asked",
+                        "for",
+                        "the",
+                        "report",
+                    ]
+                )
+                for _ in range(rng.randint(8, 30))
+            ),
+            "tool": {
+                "name": "shell",
+                "args": {"cmd": f"run job {n}", "timeout_s": rng.randint(1, 600)},
+            },
             "tags": rng.sample(["prod", "staging", "oom", "billing", "infra", "ui"], k=2),
             "n": n,
         },
     }
 
 
-def client_run(base_url: str, key: str, events: int, batch: int, seed: int, latencies: list[float], errors: list[str]):
+def client_run(
+    base_url: str,
+    key: str,
+    events: int,
+    batch: int,
+    seed: int,
+    latencies: list[float],
+    errors: list[str],
+):
     rng = random.Random(seed)
     start = datetime(2026, 1, 1, tzinfo=UTC)
     bodies = []
     for first in range(0, events, batch):
-        bodies.append(json.dumps({"events": [make_event(rng, n, start) for n in range(first, min(events, first + batch))]}))
+        bodies.append(
+            json.dumps(
+                {
+                    "events": [
+                        make_event(rng, n, start) for n in range(first, min(events, first + batch))
+                    ]
+                }
+            )
+        )
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     with httpx.Client(base_url=base_url, headers=headers, timeout=120) as http:
         for body in bodies:
@@ -86,7 +130,10 @@ def main() -> None:
         for _ in range(args.workers * 2):
             client_run(base_url, warm, args.batch, args.batch, 0, [], errors)
         threads = [
-            threading.Thread(target=client_run, args=(base_url, key, args.events, args.batch, i, latencies, errors))
+            threading.Thread(
+                target=client_run,
+                args=(base_url, key, args.events, args.batch, i, latencies, errors),
+            )
             for i, key in enumerate(keys)
         ]
         t0 = time.perf_counter()
@@ -100,16 +147,20 @@ def main() -> None:
     total = args.events * args.clients
     print(f"machine: {machine()}")
     print(f"ledger rows before: {ledger_rows_before:,}; after: {Event.objects.count():,}")
-    print(f"ingested {total:,} events in {elapsed:.2f} s with {args.clients} client(s), batch {args.batch}, "
-          f"gunicorn workers {args.workers}")
+    print(
+        f"ingested {total:,} events in {elapsed:.2f} s with {args.clients} client(s), batch {args.batch}, "
+        f"gunicorn workers {args.workers}"
+    )
     print(f"throughput: {total / elapsed:,.0f} events/s")
     print(f"per-batch latency: {summary_ms(latencies)}")
     for key in keys:
         agent = Agent.objects.get(pk=api_key_for_secret(key).agent_id)
         t0 = time.perf_counter()
         report = chain_verify(agent=agent)
-        print(f"chain {agent.name}: {report.events_checked:,} events, ok={report.ok}, "
-              f"verified in {time.perf_counter() - t0:.1f} s")
+        print(
+            f"chain {agent.name}: {report.events_checked:,} events, ok={report.ok}, "
+            f"verified in {time.perf_counter() - t0:.1f} s"
+        )
         assert report.ok and report.events_checked == args.events
 
 

@@ -18,7 +18,16 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
-    list_display = ["seq", "agent", "event_type", "occurred_at", "recorded_at", "actor", "source_type", "authority"]
+    list_display = [
+        "seq",
+        "agent",
+        "event_type",
+        "occurred_at",
+        "recorded_at",
+        "actor",
+        "source_type",
+        "authority",
+    ]
     list_filter = ["event_type", "source_type", "authority", "privacy_class", "retention_class"]
     list_select_related = ["agent"]
     search_fields = ["=id", "event_type", "session_id", "actor", "agent__name"]
@@ -28,7 +37,19 @@ class EventAdmin(ReadOnlyAdmin):
     fieldsets = [
         (None, {"fields": ["id", "agent", "seq", "event_type", "payload"]}),
         ("Time", {"fields": ["occurred_at", "recorded_at"]}),
-        ("Provenance", {"fields": ["session_id", "actor", "source_type", "source_ref", "authority", "confidence"]}),
+        (
+            "Provenance",
+            {
+                "fields": [
+                    "session_id",
+                    "actor",
+                    "source_type",
+                    "source_ref",
+                    "authority",
+                    "confidence",
+                ]
+            },
+        ),
         ("Links", {"fields": ["parent_event", "correction_of"]}),
         ("Chain", {"fields": ["payload_hash", "prev_hash", "hash"]}),
         ("Policy", {"fields": ["privacy_class", "retention_class", "redacted_at"]}),
@@ -45,7 +66,17 @@ class SourceAdmin(ReadOnlyAdmin):
     list_display = ["title", "agent", "uri", "media_type", "created_at"]
     list_select_related = ["agent"]
     search_fields = ["title", "uri", "content_hash", "agent__name"]
-    readonly_fields = ["id", "agent", "title", "uri", "content_hash", "media_type", "content", "source_event", "created_at"]
+    readonly_fields = [
+        "id",
+        "agent",
+        "title",
+        "uri",
+        "content_hash",
+        "media_type",
+        "content",
+        "source_event",
+        "created_at",
+    ]
 
 
 @admin.register(Tombstone)

@@ -41,7 +41,11 @@ class EventListApi(APIView):
             ]
         params = EventListQuerySerializer(data=raw)
         params.is_valid(raise_exception=True)
-        filters = {k: v for k, v in params.validated_data.items() if k not in {"cursor", "limit", "ordering"}}
+        filters = {
+            k: v
+            for k, v in params.validated_data.items()
+            if k not in {"cursor", "limit", "ordering"}
+        }
         if "event_type" in filters:
             filters["event_types"] = filters.pop("event_type")
         events = selectors.event_list(agent=request.user, **filters)
@@ -62,25 +66,33 @@ class EventListApi(APIView):
                 resource_type_field_name=None,
             )
         },
-        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)],
+        parameters=[
+            OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)
+        ],
         summary="Append one event, or a batch of up to 1,000 atomically",
-        description="Send an event object, or {\"events\": [...]} for a batch. A batch is all or "
+        description='Send an event object, or {"events": [...]} for a batch. A batch is all or '
         "nothing. With an Idempotency-Key a retry returns the first answer and writes nothing.",
     )
     def post(self, request):
         body = request.data
         if not isinstance(body, dict):
             raise InvalidInput(
-                "send an event object, or {\"events\": [...]} for a batch",
+                'send an event object, or {"events": [...]} for a batch',
                 details={"body": ["expected a JSON object"]},
             )
         if "events" in body:
-            if isinstance(body["events"], list) and len(body["events"]) > settings.PIPER_MAX_BATCH_EVENTS:
+            if (
+                isinstance(body["events"], list)
+                and len(body["events"]) > settings.PIPER_MAX_BATCH_EVENTS
+            ):
                 raise PayloadTooLarge(
                     f"a batch holds at most {settings.PIPER_MAX_BATCH_EVENTS} events; "
                     f"this one has {len(body['events'])}: split it",
                     code="batch_too_large",
-                    details={"max_events": settings.PIPER_MAX_BATCH_EVENTS, "received": len(body["events"])},
+                    details={
+                        "max_events": settings.PIPER_MAX_BATCH_EVENTS,
+                        "received": len(body["events"]),
+                    },
                 )
             return idempotent_write(request, lambda: self._append_batch(request))
         return idempotent_write(request, lambda: self._append_one(request))
@@ -88,7 +100,9 @@ class EventListApi(APIView):
     def _append_one(self, request):
         params = EventInputSerializer(data=request.data)
         params.is_valid(raise_exception=True)
-        event = services.events_append(agent=request.user, drafts=[params.to_draft(params.validated_data)])[0]
+        event = services.events_append(
+            agent=request.user, drafts=[params.to_draft(params.validated_data)]
+        )[0]
         return Response(EventOutputSerializer(event).data, status=status.HTTP_201_CREATED)
 
     def _append_batch(self, request):
@@ -113,14 +127,21 @@ class EventDetailApi(APIView):
 
 
 class SourceListApi(APIView):
-    @extend_schema(responses=SourceOutputSerializer(many=True), summary="Registered sources, newest first")
+    @extend_schema(
+        responses=SourceOutputSerializer(many=True), summary="Registered sources, newest first"
+    )
     def get(self, request):
         paginator = NewestIdCursorPagination()
-        page = paginator.paginate_queryset(selectors.source_list(agent=request.user), request, view=self)
+        page = paginator.paginate_queryset(
+            selectors.source_list(agent=request.user), request, view=self
+        )
         return paginator.get_paginated_response(SourceOutputSerializer(page, many=True).data)
 
-    @extend_schema(request=SourceInputSerializer, responses={201: SourceOutputSerializer, 200: SourceOutputSerializer},
-                   summary="Register a document as evidence (idempotent per content)")
+    @extend_schema(
+        request=SourceInputSerializer,
+        responses={201: SourceOutputSerializer, 200: SourceOutputSerializer},
+        summary="Register a document as evidence (idempotent per content)",
+    )
     def post(self, request):
         def write():
             params = SourceInputSerializer(data=request.data)
@@ -137,4 +158,8 @@ class SourceListApi(APIView):
 class SourceDetailApi(APIView):
     @extend_schema(responses=SourceOutputSerializer, summary="One source")
     def get(self, request, source_id):
-        return Response(SourceOutputSerializer(selectors.source_get(agent=request.user, source_id=source_id)).data)
+        return Response(
+            SourceOutputSerializer(
+                selectors.source_get(agent=request.user, source_id=source_id)
+            ).data
+        )

@@ -45,4 +45,6 @@ def payload_hash(payload: Any) -> str:
 
 def event_hash(event: Any) -> str:
     """SHA-256 over CHAINED_FIELDS of an Event (or anything with those attributes)."""
-    return sha256_hex(canonical_json({name: _plain(getattr(event, name)) for name in CHAINED_FIELDS}))
+    return sha256_hex(
+        canonical_json({name: _plain(getattr(event, name)) for name in CHAINED_FIELDS})
+    )

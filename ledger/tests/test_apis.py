@@ -327,8 +327,16 @@ class TestBadInput:
             # Types are not coerced: a number is not a string, a string or a bool not a number.
             ({"event_type": "a.b", "session_id": 5}, "session_id", "Not a valid string."),
             ({"event_type": "a.b", "actor": True}, "actor", "Not a valid string."),
-            ({"event_type": "a.b", "confidence": "0.5"}, "confidence", "A valid number is required."),
-            ({"event_type": "a.b", "confidence": True}, "confidence", "A valid number is required."),
+            (
+                {"event_type": "a.b", "confidence": "0.5"},
+                "confidence",
+                "A valid number is required.",
+            ),
+            (
+                {"event_type": "a.b", "confidence": True},
+                "confidence",
+                "A valid number is required.",
+            ),
             (
                 {"event_type": "a.b", "source_type": "rumour"},
                 "source_type",
@@ -859,7 +867,9 @@ class TestSources:
 
     def test_list_pages_newest_first_each_source_once(self, client_a):
         created = [
-            client_a.post("/api/v1/sources", {"title": f"T{i}", "content": f"text {i}"}, format="json").json()
+            client_a.post(
+                "/api/v1/sources", {"title": f"T{i}", "content": f"text {i}"}, format="json"
+            ).json()
             for i in range(7)
         ]
         seen, url = [], "/api/v1/sources?limit=3"

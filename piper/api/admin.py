@@ -8,7 +8,14 @@ class IdempotencyRecordAdmin(admin.ModelAdmin):
     list_display = ["key", "agent", "response_status", "created_at"]
     list_select_related = ["agent"]
     search_fields = ["key", "agent__name"]
-    readonly_fields = ["agent", "key", "request_fingerprint", "response_status", "response_body", "created_at"]
+    readonly_fields = [
+        "agent",
+        "key",
+        "request_fingerprint",
+        "response_status",
+        "response_body",
+        "created_at",
+    ]
 
     def has_add_permission(self, request):
         return False

@@ -15,7 +15,11 @@ def _timed(check):
     started = time.perf_counter()
     try:
         detail = check() or {}
-        return {"ok": True, "latency_ms": round((time.perf_counter() - started) * 1000, 2), **detail}
+        return {
+            "ok": True,
+            "latency_ms": round((time.perf_counter() - started) * 1000, 2),
+            **detail,
+        }
     except Exception as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
@@ -40,10 +44,16 @@ def healthz(request):
     beat = {"ok": False, "age_seconds": None}
     if redis["ok"]:
         alive = liveness()
-        workers = {"ok": bool(alive["workers"]), "workers": alive["workers"], "ttl_seconds": WORKER_TTL}
+        workers = {
+            "ok": bool(alive["workers"]),
+            "workers": alive["workers"],
+            "ttl_seconds": WORKER_TTL,
+        }
         age = alive["beat_age_seconds"]
         beat = {"ok": age is not None and age < BEAT_STALE_SECONDS, "age_seconds": age}
     serving = database["ok"] and redis["ok"]
-    state = "ok" if serving and workers["ok"] and beat["ok"] else ("degraded" if serving else "down")
+    state = (
+        "ok" if serving and workers["ok"] and beat["ok"] else ("degraded" if serving else "down")
+    )
     body = {"status": state, "database": database, "redis": redis, "worker": workers, "beat": beat}
     return JsonResponse(body, status=200 if serving else 503)

@@ -63,7 +63,9 @@ def idempotent_write(
             response["Idempotent-Replayed"] = "true"
             return response
         response = write()
-        body = json.loads(JSONRenderer().render(response.data)) if response.data is not None else None
+        body = (
+            json.loads(JSONRenderer().render(response.data)) if response.data is not None else None
+        )
         if isinstance(body, dict):
             body.update({name: None for name in secret_fields if name in body})
         IdempotencyRecord.objects.filter(pk=record.pk).update(

@@ -26,7 +26,9 @@ class IdempotencyRecord(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["agent", "key"], name="idempotency_key_unique_per_agent"),
+            models.UniqueConstraint(
+                fields=["agent", "key"], name="idempotency_key_unique_per_agent"
+            ),
         ]
         indexes = [models.Index(fields=["created_at"], name="idempotency_created_idx")]
 

@@ -8,5 +8,9 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
     name = "ApiKey"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer", "bearerFormat": "pm_…",
-                "description": "An agent's API key: `Authorization: Bearer pm_…`"}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "pm_…",
+            "description": "An agent's API key: `Authorization: Bearer pm_…`",
+        }

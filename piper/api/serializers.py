@@ -11,7 +11,10 @@ class StrictSerializer(serializers.Serializer):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
                 raise serializers.ValidationError(
-                    {name: [f"unknown field; allowed: {', '.join(sorted(self.fields))}"] for name in unknown}
+                    {
+                        name: [f"unknown field; allowed: {', '.join(sorted(self.fields))}"]
+                        for name in unknown
+                    }
                 )
         return super().to_internal_value(data)
 

@@ -40,8 +40,11 @@ class AgentMeApi(APIView):
     def get(self, request):
         agent = request.user
         data = {
-            "id": agent.pk, "name": agent.name, "description": agent.description,
-            "created_at": agent.created_at, "scopes": request.auth.scopes,
+            "id": agent.pk,
+            "name": agent.name,
+            "description": agent.description,
+            "created_at": agent.created_at,
+            "scopes": request.auth.scopes,
         }
         return Response(self.OutputSerializer(data).data)
 
@@ -49,7 +52,16 @@ class AgentMeApi(APIView):
 class ApiKeyOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = ApiKey
-        fields = ["id", "name", "prefix", "scopes", "rate_per_minute", "created_at", "last_used_at", "revoked_at"]
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "scopes",
+            "rate_per_minute",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        ]
 
 
 class ApiKeyListApi(APIView):
@@ -58,7 +70,8 @@ class ApiKeyListApi(APIView):
     class InputSerializer(StrictSerializer):
         name = serializers.CharField(max_length=100)
         scopes = serializers.ListField(
-            child=serializers.ChoiceField(choices=Scope.choices), min_length=1,
+            child=serializers.ChoiceField(choices=Scope.choices),
+            min_length=1,
             default=[Scope.READ, Scope.WRITE],
         )
         rate_per_minute = serializers.IntegerField(min_value=1, required=False, allow_null=True)
@@ -69,11 +82,17 @@ class ApiKeyListApi(APIView):
         class Meta(ApiKeyOutputSerializer.Meta):
             fields = [*ApiKeyOutputSerializer.Meta.fields, "key"]
 
-    @extend_schema(responses=ApiKeyOutputSerializer(many=True), summary="This agent's API keys (admin scope)")
+    @extend_schema(
+        responses=ApiKeyOutputSerializer(many=True), summary="This agent's API keys (admin scope)"
+    )
     def get(self, request):
         return Response(ApiKeyOutputSerializer(api_key_list(agent=request.user), many=True).data)
 
-    @extend_schema(request=InputSerializer, responses={201: CreatedSerializer}, summary="Create an API key (admin scope)")
+    @extend_schema(
+        request=InputSerializer,
+        responses={201: CreatedSerializer},
+        summary="Create an API key (admin scope)",
+    )
     def post(self, request):
         def write():
             params = self.InputSerializer(data=request.data)
@@ -88,7 +107,9 @@ class ApiKeyListApi(APIView):
 class ApiKeyDetailApi(APIView):
     required_scope = Scope.ADMIN
 
-    @extend_schema(request=None, responses=ApiKeyOutputSerializer, summary="Revoke an API key (admin scope)")
+    @extend_schema(
+        request=None, responses=ApiKeyOutputSerializer, summary="Revoke an API key (admin scope)"
+    )
     def delete(self, request, key_id):
         api_key = api_key_list(agent=request.user).filter(pk=key_id).first()
         if api_key is None:

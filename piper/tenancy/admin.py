@@ -9,7 +9,15 @@ class ApiKeyInline(admin.TabularInline):
     model = ApiKey
     extra = 0
     can_delete = False
-    fields = ["name", "prefix", "scopes", "rate_per_minute", "created_at", "last_used_at", "revoked_at"]
+    fields = [
+        "name",
+        "prefix",
+        "scopes",
+        "rate_per_minute",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
     readonly_fields = fields
     show_change_link = True
 
@@ -34,7 +42,9 @@ class AgentAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        created = agent_create(name=obj.name, description=obj.description, is_throwaway=obj.is_throwaway)
+        created = agent_create(
+            name=obj.name, description=obj.description, is_throwaway=obj.is_throwaway
+        )
         if not obj.is_active:  # the form's State section, which agent_create does not take
             agent_deactivate(agent=created)
         obj.pk, obj.created_at = created.pk, created.created_at
@@ -51,7 +61,9 @@ class AgentAdmin(admin.ModelAdmin):
 
 class ApiKeyCreationForm(forms.ModelForm):
     scopes = forms.MultipleChoiceField(
-        choices=Scope.choices, initial=[Scope.READ, Scope.WRITE], widget=forms.CheckboxSelectMultiple
+        choices=Scope.choices,
+        initial=[Scope.READ, Scope.WRITE],
+        widget=forms.CheckboxSelectMultiple,
     )
 
     class Meta:
@@ -65,8 +77,26 @@ class ApiKeyAdmin(admin.ModelAdmin):
     list_filter = ["revoked_at"]
     list_select_related = ["agent"]
     search_fields = ["name", "prefix", "agent__name"]
-    readonly_fields = ["id", "agent", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
-    fields = ["id", "agent", "name", "prefix", "scopes", "rate_per_minute", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = [
+        "id",
+        "agent",
+        "prefix",
+        "scopes",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
+    fields = [
+        "id",
+        "agent",
+        "name",
+        "prefix",
+        "scopes",
+        "rate_per_minute",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
     actions = ["revoke"]
 
     def get_form(self, request, obj=None, **kwargs):

@@ -76,7 +76,9 @@ def api_key_create(
     """
     scopes = _normalise_scopes(scopes)
     if rate_per_minute is not None and (
-        isinstance(rate_per_minute, bool) or not isinstance(rate_per_minute, int) or rate_per_minute < 1
+        isinstance(rate_per_minute, bool)
+        or not isinstance(rate_per_minute, int)
+        or rate_per_minute < 1
     ):
         raise InvalidInput(
             f"rate_per_minute must be a positive integer or empty; got {rate_per_minute!r}",

@@ -5,7 +5,9 @@ from piper.tenancy.models import Agent
 
 
 class Command(BaseCommand):
-    help = "Walk each agent's hash chain and report the first broken link. Exits 1 if any is broken."
+    help = (
+        "Walk each agent's hash chain and report the first broken link. Exits 1 if any is broken."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--agent", help="agent name or id (default: every agent)")

@@ -13,10 +13,13 @@ class Command(BaseCommand):
         parser.add_argument("name")
         parser.add_argument("--description", default="")
         parser.add_argument(
-            "--scopes", default="read,write", help="comma-separated: read, write, admin (default read,write)"
+            "--scopes",
+            default="read,write",
+            help="comma-separated: read, write, admin (default read,write)",
         )
         parser.add_argument(
-            "--existing-ok", action="store_true",
+            "--existing-ok",
+            action="store_true",
             help="if the agent exists, issue a new key for it instead of failing",
         )
         parser.add_argument("--key-name", default="created by create_agent")
@@ -30,7 +33,9 @@ class Command(BaseCommand):
                 if agent is None:
                     agent = agent_create(name=name, description=description)
                 api_key, raw = api_key_create(
-                    agent=agent, name=key_name, scopes=[s.strip() for s in scopes.split(",") if s.strip()]
+                    agent=agent,
+                    name=key_name,
+                    scopes=[s.strip() for s in scopes.split(",") if s.strip()],
                 )
         except PiperError as exc:
             raise CommandError(exc.message) from exc
@@ -40,6 +45,6 @@ class Command(BaseCommand):
         self.stdout.write(f"agent:  {agent.name} ({agent.pk})")
         self.stdout.write(f"scopes: {', '.join(api_key.scopes)}")
         self.stdout.write(f"key:    {raw}")
-        self.stdout.write("Store the key now: only its hash is kept. Send it as 'Authorization: Bearer <key>'.")
-
-
+        self.stdout.write(
+            "Store the key now: only its hash is kept. Send it as 'Authorization: Bearer <key>'."
+        )
