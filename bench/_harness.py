@@ -61,7 +61,8 @@ def bench_client_key(name: str) -> str:
 
 
 @contextlib.contextmanager
-def gunicorn(port: int, workers: int = 2, threads: int = 1):
+def gunicorn(port: int, workers: int = 2, threads: int = 4):
+    """The Procfile's web process: 2 workers x 4 threads (gthread, keep-alive)."""
     cmd = [
         PYTHON,
         "-m",

@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8312)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
-        "--threads", type=int, default=1, help=">1 selects gunicorn's gthread worker (keep-alive)"
+        "--threads", type=int, default=4, help="gunicorn threads per worker, as in the Procfile"
     )
     args = parser.parse_args()
 
