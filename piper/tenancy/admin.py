@@ -2,7 +2,14 @@ from django import forms
 from django.contrib import admin, messages
 
 from .models import Agent, ApiKey, Scope
-from .services import agent_create, agent_deactivate, api_key_create, api_key_revoke
+from .services import (
+    agent_create,
+    agent_deactivate,
+    agent_update,
+    api_key_create,
+    api_key_revoke,
+    api_key_update,
+)
 
 
 class ApiKeyInline(admin.TabularInline):
@@ -38,9 +45,12 @@ class AgentAdmin(admin.ModelAdmin):
     inlines = [ApiKeyInline]
     actions = ["deactivate"]
 
+    def get_readonly_fields(self, request, obj=None):
+        return [*self.readonly_fields, "name", "is_throwaway"] if obj else self.readonly_fields
+
     def save_model(self, request, obj, form, change):
         if change:
-            super().save_model(request, obj, form, change)
+            agent_update(agent=obj, description=obj.description, is_active=obj.is_active)
             return
         created = agent_create(
             name=obj.name, description=obj.description, is_throwaway=obj.is_throwaway
@@ -112,7 +122,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         if change:
-            super().save_model(request, obj, form, change)
+            api_key_update(api_key=obj, name=obj.name, rate_per_minute=obj.rate_per_minute)
             return
         api_key, raw = api_key_create(
             agent=form.cleaned_data["agent"],

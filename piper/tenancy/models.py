@@ -1,6 +1,7 @@
 """Agents (the tenants) and their API keys."""
 
 from django.contrib.postgres.fields import ArrayField
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models.functions import Now
 
@@ -72,6 +73,7 @@ class ApiKey(models.Model):
     rate_per_minute = models.PositiveIntegerField(
         null=True,
         blank=True,
+        validators=[MinValueValidator(1)],
         help_text="Requests per minute for this key; empty means the service default.",
     )
     created_at = models.DateTimeField(db_default=Now(), editable=False)
@@ -85,6 +87,10 @@ class ApiKey(models.Model):
             models.CheckConstraint(
                 condition=models.Q(scopes__contained_by=Scope.values, scopes__len__gt=0),
                 name="apikey_scopes_known_and_nonempty",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(rate_per_minute__isnull=True) | models.Q(rate_per_minute__gte=1),
+                name="apikey_rate_positive",
             ),
         ]
 

@@ -45,6 +45,13 @@ def agent_create(*, name: str, description: str = "", is_throwaway: bool = False
         raise Conflict(f"an agent named {name!r} already exists", code="agent_exists") from exc
 
 
+def agent_update(*, agent: Agent, description: str, is_active: bool) -> Agent:
+    """Change what an operator may change after creation (the name is the agent's identity)."""
+    Agent.objects.filter(pk=agent.pk).update(description=description, is_active=is_active)
+    agent.refresh_from_db(fields=["description", "is_active"])
+    return agent
+
+
 def agent_deactivate(*, agent: Agent) -> Agent:
     """Deactivate an agent: its keys stop working; its memory is kept."""
     Agent.objects.filter(pk=agent.pk).update(is_active=False)
@@ -75,15 +82,7 @@ def api_key_create(
     Raises InvalidInput for empty or unknown scopes or a rate that is not a positive integer.
     """
     scopes = _normalise_scopes(scopes)
-    if rate_per_minute is not None and (
-        isinstance(rate_per_minute, bool)
-        or not isinstance(rate_per_minute, int)
-        or rate_per_minute < 1
-    ):
-        raise InvalidInput(
-            f"rate_per_minute must be a positive integer or empty; got {rate_per_minute!r}",
-            details={"rate_per_minute": ["must be a positive integer"]},
-        )
+    _check_rate(rate_per_minute)
     raw_key = KEY_PREFIX + secrets.token_urlsafe(32)
     api_key = ApiKey.objects.create(
         agent=agent,
@@ -94,6 +93,26 @@ def api_key_create(
         rate_per_minute=rate_per_minute,
     )
     return api_key, raw_key
+
+
+def _check_rate(rate_per_minute: int | None) -> None:
+    if rate_per_minute is not None and (
+        isinstance(rate_per_minute, bool)
+        or not isinstance(rate_per_minute, int)
+        or rate_per_minute < 1
+    ):
+        raise InvalidInput(
+            f"rate_per_minute must be a positive integer or empty; got {rate_per_minute!r}",
+            details={"rate_per_minute": ["must be a positive integer"]},
+        )
+
+
+def api_key_update(*, api_key: ApiKey, name: str, rate_per_minute: int | None) -> ApiKey:
+    """Rename a key or change its rate; its secret and scopes never change (make a new key)."""
+    _check_rate(rate_per_minute)
+    ApiKey.objects.filter(pk=api_key.pk).update(name=name, rate_per_minute=rate_per_minute)
+    api_key.refresh_from_db(fields=["name", "rate_per_minute"])
+    return api_key
 
 
 def api_key_revoke(*, api_key: ApiKey) -> ApiKey:

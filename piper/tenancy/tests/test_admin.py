@@ -183,3 +183,42 @@ class TestApiKeyAdmin:
             == 403
         )
         assert ApiKey.objects.filter(pk=api_key.pk).exists()
+
+
+class TestEditing:
+    """Edits go through the services: only what may change after creation can."""
+
+    def test_agent_edit_changes_description_and_activity_only(self, admin_client):
+        agent = AgentFactory(name="keeps-its-name", description="old")
+        url = reverse("admin:tenancy_agent_change", args=[agent.pk])
+        form = admin_client.get(url).context["adminform"].form
+        assert "name" not in form.fields  # read-only once created
+        response = admin_client.post(
+            url,
+            {
+                "description": "new",
+                "is_active": "",
+                "api_keys-TOTAL_FORMS": "0",
+                "api_keys-INITIAL_FORMS": "0",
+            },
+        )
+        assert response.status_code == 302, response.context["adminform"].form.errors
+        agent.refresh_from_db()
+        assert (agent.name, agent.description, agent.is_active) == ("keeps-its-name", "new", False)
+
+    def test_api_key_edit_renames_and_rerates(self, admin_client, api_key):
+        url = reverse("admin:tenancy_apikey_change", args=[api_key.pk])
+        response = admin_client.post(url, {"name": "renamed", "rate_per_minute": "7"})
+        assert response.status_code == 302
+        api_key.refresh_from_db()
+        assert (api_key.name, api_key.rate_per_minute) == ("renamed", 7)
+
+    def test_api_key_rate_zero_is_a_form_error(self, admin_client, api_key):
+        url = reverse("admin:tenancy_apikey_change", args=[api_key.pk])
+        response = admin_client.post(url, {"name": "x", "rate_per_minute": "0"})
+        assert response.status_code == 200
+        assert response.context["adminform"].form.errors == {
+            "rate_per_minute": ["Ensure this value is greater than or equal to 1."]
+        }
+        api_key.refresh_from_db()
+        assert api_key.name != "x"

@@ -14,9 +14,11 @@ from piper.tenancy.services import (
     LAST_USED_RESOLUTION,
     agent_create,
     agent_deactivate,
+    agent_update,
     api_key_create,
     api_key_revoke,
     api_key_touch,
+    api_key_update,
     hash_key,
 )
 from piper.tenancy.tests.factories import AgentFactory, ApiKeyFactory
@@ -224,3 +226,42 @@ class TestApiKeyTouch:
         recorded = ApiKey.objects.get(pk=api_key.pk).last_used_at
         api_key_touch(api_key=stale)
         assert ApiKey.objects.get(pk=api_key.pk).last_used_at == recorded
+
+
+class TestAgentUpdate:
+    def test_changes_description_and_activity(self):
+        agent = AgentFactory(description="old")
+        agent_update(agent=agent, description="new", is_active=False)
+        agent.refresh_from_db()
+        assert (agent.description, agent.is_active) == ("new", False)
+        agent_update(agent=agent, description="new", is_active=True)
+        agent.refresh_from_db()
+        assert agent.is_active is True
+
+
+class TestApiKeyUpdate:
+    def test_renames_and_rerates_without_touching_the_secret(self):
+        api_key = ApiKeyFactory()
+        key_hash, scopes = api_key.key_hash, list(api_key.scopes)
+        api_key_update(api_key=api_key, name="renamed", rate_per_minute=5)
+        api_key.refresh_from_db()
+        assert (api_key.name, api_key.rate_per_minute, api_key.key_hash, api_key.scopes) == (
+            "renamed",
+            5,
+            key_hash,
+            scopes,
+        )
+
+    @pytest.mark.parametrize("rate", [0, -1, True, 1.5])
+    def test_refuses_a_rate_that_is_not_a_positive_integer(self, rate):
+        api_key = ApiKeyFactory(name="before")
+        with pytest.raises(InvalidInput) as excinfo:
+            api_key_update(api_key=api_key, name="after", rate_per_minute=rate)
+        assert excinfo.value.details == {"rate_per_minute": ["must be a positive integer"]}
+        api_key.refresh_from_db()
+        assert api_key.name == "before"
+
+    def test_database_refuses_a_zero_rate(self):
+        api_key = ApiKeyFactory()
+        with pytest.raises(IntegrityError), transaction.atomic():
+            ApiKey.objects.filter(pk=api_key.pk).update(rate_per_minute=0)
