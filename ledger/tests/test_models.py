@@ -132,6 +132,29 @@ class TestAppendOnly:
             )
 
 
+class TestTombstonesAppendOnly:
+    """Migration 0004: the record that a purge happened cannot be edited away."""
+
+    @pytest.mark.parametrize(
+        ("sql", "operation"),
+        [
+            ("UPDATE ledger_tombstone SET reason = 'nothing happened' WHERE id = %s", "UPDATE"),
+            ("DELETE FROM ledger_tombstone WHERE id = %s", "DELETE"),
+        ],
+    )
+    def test_update_and_delete_are_refused(self, sql, operation):
+        agent = AgentFactory()
+        target = EventFactory(agent=agent, payload={"x": 1})
+        tombstone = event_redact(agent=agent, event_id=target.pk, reason="erasure")
+        with pytest.raises(
+            IntegrityError,
+            match=f"ledger_tombstone is append-only: {operation} of tombstone {tombstone.pk} refused",
+        ):
+            run_sql(sql, [tombstone.pk])
+        tombstone.refresh_from_db()
+        assert tombstone.reason == "erasure"
+
+
 class TestRecordedAt:
     def test_orm_insert_with_a_bogus_recorded_at_gets_the_database_time(self):
         agent = AgentFactory()
