@@ -1,1 +1,309 @@
-"""Models arrive with this app's issue; see DESIGN.md §2."""
+"""Semantic memory: entities, predicates and bitemporal facts (DESIGN.md §4).
+
+A Fact row is one *version*: a value for (subject, predicate) over a valid-time
+interval [valid_from, valid_to) — when it was true in the world — believed
+over a record-time interval [recorded_at, superseded_at) — when the system
+held it. Versions are never edited in place: a new belief closes the old
+row's record time and inserts new rows. PostgreSQL's exclusion constraint
+makes two currently believed values of a single-valued predicate that overlap
+in valid time impossible, whatever the code does.
+
+Every row is a projection of ledger events (`facts/projection.py` applies
+them); `rebuild_projection facts` drops these tables' rows and replays the
+ledger to the same state.
+"""
+
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import (
+    ArrayField,
+    DateTimeRangeField,
+    RangeBoundary,
+    RangeOperators,
+)
+from django.contrib.postgres.indexes import GinIndex, OpClass
+from django.db import models
+from django.db.models import F, Func, Q
+from django.db.models.functions import Lower
+
+from ledger.models import Event
+from piper.provenance import Authority
+from piper.tenancy.models import Agent
+
+
+class TsTzRange(Func):
+    function = "TSTZRANGE"
+    output_field = DateTimeRangeField()
+
+
+class Entity(models.Model):
+    """A thing facts are about: a person, a service, a city. Named by aliases."""
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    name = models.CharField(max_length=300, help_text="Canonical name (also an alias).")
+    entity_type = models.CharField(
+        max_length=100, default="thing", help_text="e.g. person, service, city."
+    )
+    created_at = models.DateTimeField()
+    source_event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "entities"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EntityAlias(models.Model):
+    """A name that resolves to an entity; unique per agent, case-insensitively."""
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="aliases")
+    alias = models.CharField(max_length=300)
+    created_at = models.DateTimeField()
+    source_event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        ordering = ["alias"]
+        verbose_name_plural = "entity aliases"
+        constraints = [
+            models.UniqueConstraint(F("agent"), Lower("alias"), name="facts_alias_unique_ci"),
+        ]
+        indexes = [
+            GinIndex(OpClass(Lower("alias"), name="gin_trgm_ops"), name="facts_alias_trgm"),
+        ]
+
+    def __str__(self) -> str:
+        return self.alias
+
+
+class Cardinality(models.TextChoices):
+    ONE = "one", "One value at a time"
+    MANY = "many", "Many values at a time"
+
+
+class ValueType(models.TextChoices):
+    ANY = "any", "Any JSON value"
+    STRING = "string", "String"
+    NUMBER = "number", "Number"
+    INTEGER = "integer", "Integer"
+    BOOLEAN = "boolean", "Boolean"
+    OBJECT = "object", "JSON object"
+    ARRAY = "array", "JSON array"
+    DATETIME = "datetime", "ISO 8601 date-time string"
+    ENTITY = "entity", "Entity (a relation)"
+
+
+class Predicate(models.Model):
+    """What a fact says about its subject: `lives_in`, `employer`, `status`."""
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    name = models.CharField(max_length=100)
+    cardinality = models.CharField(
+        max_length=4, choices=Cardinality.choices, default=Cardinality.ONE
+    )
+    value_type = models.CharField(max_length=10, choices=ValueType.choices, default=ValueType.ANY)
+    volatility_seconds = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="How long a value can be trusted before it should be re-checked; empty: forever.",
+    )
+    description = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+    source_event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "name"], name="facts_predicate_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class FactStatus(models.TextChoices):
+    ACTIVE = "active", "Active (believed)"
+    SUPERSEDED = "superseded", "Superseded (a newer belief replaced it)"
+    RETRACTED = "retracted", "Retracted (no longer believed)"
+    CONTESTED = "contested", "Contested (a lower-authority claim, not in force)"
+
+
+class FactOrigin(models.TextChoices):
+    """Why this version exists — the 'why' of a chain."""
+
+    ASSERTED = "asserted", "Asserted"
+    SPLIT = "split", "Remainder of a version that a newer one cut"
+    CORRECTED = "corrected", "Correction of a wrong record"
+    ENDED = "ended", "Ended (valid_to set)"
+    ACCEPTED = "accepted", "Contested claim accepted by an operator"
+
+
+class Fact(models.Model):
+    id = models.UUIDField(primary_key=True, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    subject = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="facts")
+    predicate = models.ForeignKey(Predicate, on_delete=models.CASCADE, related_name="facts")
+    object_value = models.JSONField(null=True, blank=True, help_text="The value (not a relation).")
+    object_entity = models.ForeignKey(
+        Entity,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="incoming_facts",
+        help_text="The object, when the fact is a relation.",
+    )
+    valid_from = models.DateTimeField(help_text="Valid time: true in the world from …")
+    valid_to = models.DateTimeField(
+        null=True, blank=True, help_text="… until (exclusive); empty: open."
+    )
+    recorded_at = models.DateTimeField(help_text="Record time: believed from … (the event's).")
+    superseded_at = models.DateTimeField(
+        null=True, blank=True, help_text="… until (exclusive); empty: still believed."
+    )
+    status = models.CharField(max_length=10, choices=FactStatus.choices)
+    origin = models.CharField(max_length=10, choices=FactOrigin.choices)
+    single_valued = models.BooleanField(
+        help_text="Copied from the predicate's cardinality: the exclusion constraint needs it here."
+    )
+    authority = models.CharField(max_length=20, choices=Authority.choices)
+    confidence = models.FloatField()
+    source_event = models.ForeignKey(
+        Event, on_delete=models.PROTECT, related_name="+", help_text="The claim's ledger event."
+    )
+    supersedes = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    superseded_by = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    contests = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="contested_by",
+        help_text="The higher-authority version this claim challenged.",
+    )
+    last_confirmed_at = models.DateTimeField(
+        help_text="Record time of the latest evidence for this version."
+    )
+
+    class Meta:
+        ordering = ["subject", "predicate", "valid_from", "recorded_at"]
+        constraints = [
+            ExclusionConstraint(
+                name="facts_one_believed_value_at_a_time",
+                expressions=[
+                    ("agent", RangeOperators.EQUAL),
+                    ("subject", RangeOperators.EQUAL),
+                    ("predicate", RangeOperators.EQUAL),
+                    (
+                        TsTzRange("valid_from", "valid_to", RangeBoundary()),
+                        RangeOperators.OVERLAPS,
+                    ),
+                ],
+                condition=Q(status="active", superseded_at__isnull=True, single_valued=True),
+            ),
+            models.CheckConstraint(
+                condition=Q(valid_to__isnull=True) | Q(valid_to__gt=F("valid_from")),
+                name="facts_valid_to_after_valid_from",
+            ),
+            models.CheckConstraint(
+                condition=Q(superseded_at__isnull=True) | Q(superseded_at__gte=F("recorded_at")),
+                name="facts_superseded_after_recorded",
+            ),
+            models.CheckConstraint(
+                condition=Q(object_entity__isnull=True, object_value__isnull=False)
+                | Q(object_entity__isnull=False, object_value__isnull=True),
+                name="facts_value_xor_entity",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=FactStatus.values), name="facts_status_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(confidence__gte=0.0, confidence__lte=1.0), name="facts_confidence_0_1"
+            ),
+            # Closed rows say why they closed; believed rows are not closed.
+            models.CheckConstraint(
+                condition=~Q(status="superseded") | Q(superseded_at__isnull=False),
+                name="facts_superseded_is_closed",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="retracted") | Q(superseded_at__isnull=False),
+                name="facts_retracted_is_closed",
+            ),
+        ]
+        indexes = [
+            # current / as_of: the believed versions of one subject+predicate.
+            models.Index(
+                fields=["agent", "subject", "predicate", "valid_from"],
+                name="facts_believed_idx",
+                condition=Q(status="active", superseded_at__isnull=True),
+            ),
+            # chain / as_known_at: every version of one subject+predicate.
+            models.Index(
+                fields=["agent", "subject", "predicate", "recorded_at"], name="facts_versions_idx"
+            ),
+            # graph walks backwards and "who points at X".
+            models.Index(
+                fields=["agent", "object_entity"],
+                name="facts_object_entity_idx",
+                condition=Q(
+                    object_entity__isnull=False, status="active", superseded_at__isnull=True
+                ),
+            ),
+            # the operator's queue of open contests.
+            models.Index(
+                fields=["agent", "recorded_at"],
+                name="facts_open_contests_idx",
+                condition=Q(status="contested", superseded_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject_id}.{self.predicate_id} [{self.valid_from}, {self.valid_to})"
+
+
+class FactEvidence(models.Model):
+    """A ledger event supporting a version: the claim that created it, and every
+    re-assertion of the same value (idempotent re-asserts add evidence, not versions)."""
+
+    fact = models.ForeignKey(Fact, on_delete=models.CASCADE, related_name="evidence")
+    event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["recorded_at"]
+        verbose_name_plural = "fact evidence"
+        constraints = [
+            models.UniqueConstraint(fields=["fact", "event"], name="facts_evidence_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} → {self.fact_id}"
+
+
+class AuthorityPolicy(models.Model):
+    """An agent's own precedence of authorities, most trusted first."""
+
+    agent = models.OneToOneField(
+        Agent, on_delete=models.PROTECT, primary_key=True, related_name="+"
+    )
+    order = ArrayField(models.CharField(max_length=20, choices=Authority.choices))
+    updated_at = models.DateTimeField()
+    source_event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        verbose_name_plural = "authority policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(order__contained_by=Authority.values), name="facts_policy_known_levels"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return " > ".join(self.order)

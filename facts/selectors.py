@@ -1,0 +1,266 @@
+"""Every read of semantic memory, one function per query mode (DESIGN §4).
+
+"Believed" means the system currently holds the version (status active, record
+time still open); valid time says when it is true in the world. Vector
+similarity never picks truth here: lookups are by entity and predicate.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+from django.db.models import Prefetch, Q, QuerySet
+from django.utils import timezone
+
+from piper.errors import InvalidInput, NotFound
+from piper.tenancy.models import Agent
+
+from .models import Entity, EntityAlias, Fact, FactStatus, Predicate
+
+BELIEVED = Q(status=FactStatus.ACTIVE, superseded_at__isnull=True)
+OPEN_CONTEST = Q(status=FactStatus.CONTESTED, superseded_at__isnull=True)
+
+
+def _with_status(qs: QuerySet[Fact]) -> QuerySet[Fact]:
+    """What every fact response needs for its memory_status, in a fixed number of queries."""
+    return (
+        qs.select_related("subject", "predicate", "object_entity", "source_event")
+        .defer("source_event__payload")
+        .prefetch_related(
+            Prefetch(
+                "contested_by",
+                queryset=Fact.objects.filter(OPEN_CONTEST)
+                .only("id", "contests_id")
+                .order_by("recorded_at"),
+                to_attr="open_contests",
+            )
+        )
+    )
+
+
+# ------------------------------------------------------------------------ entities
+
+
+def entity_get(*, agent: Agent, entity_id: uuid.UUID) -> Entity:
+    entity = Entity.objects.filter(agent=agent, pk=entity_id).prefetch_related("aliases").first()
+    if entity is None:
+        raise NotFound(f"entity {entity_id} not found")
+    return entity
+
+
+def entity_resolve(*, agent: Agent, ref: str | uuid.UUID) -> Entity:
+    """An entity by id, or by any of its names (case-insensitive)."""
+    try:
+        entity_id = ref if isinstance(ref, uuid.UUID) else uuid.UUID(str(ref))
+    except ValueError:
+        entity_id = None
+    if entity_id is not None:
+        return entity_get(agent=agent, entity_id=entity_id)
+    alias = (
+        EntityAlias.objects.filter(agent=agent, alias__iexact=ref).select_related("entity").first()
+    )
+    if alias is None:
+        raise NotFound(f"no entity named {ref!r}")
+    return alias.entity
+
+
+def entity_list(*, agent: Agent) -> QuerySet[Entity]:
+    return Entity.objects.filter(agent=agent).prefetch_related("aliases").order_by("-id")
+
+
+@dataclass(frozen=True)
+class EntityMatch:
+    entity: Entity
+    alias: str
+    similarity: float
+
+
+def entity_search(*, agent: Agent, query: str, limit: int = 10) -> list[EntityMatch]:
+    """Entities whose names resemble `query` (pg_trgm), best first; exact names first of all."""
+    query = query.strip()
+    if not query:
+        raise InvalidInput("q must not be empty", details={"q": ["required"]})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT DISTINCT ON (entity_id) entity_id, alias, similarity(lower(alias), lower(%s)) AS score
+              FROM facts_entityalias
+             WHERE agent_id = %s AND (lower(alias) %% lower(%s) OR lower(alias) LIKE lower(%s) || '%%')
+             ORDER BY entity_id, score DESC
+            """,
+            [query, agent.pk, query, query],
+        )
+        rows = cursor.fetchall()
+    rows.sort(key=lambda r: (r[1].lower() != query.lower(), -r[2]))
+    rows = rows[:limit]
+    entities = Entity.objects.in_bulk([r[0] for r in rows])
+    return [EntityMatch(entities[r[0]], r[1], round(float(r[2]), 4)) for r in rows]
+
+
+def predicate_get(*, agent: Agent, name: str) -> Predicate:
+    predicate = Predicate.objects.filter(agent=agent, name=name).first()
+    if predicate is None:
+        raise NotFound(f"no predicate named {name!r}")
+    return predicate
+
+
+def predicate_list(*, agent: Agent) -> QuerySet[Predicate]:
+    return Predicate.objects.filter(agent=agent).order_by("name")
+
+
+# --------------------------------------------------------------------------- facts
+
+
+def fact_get(*, agent: Agent, fact_id: uuid.UUID) -> Fact:
+    fact = _with_status(Fact.objects.filter(agent=agent, pk=fact_id)).first()
+    if fact is None:
+        raise NotFound(f"fact {fact_id} not found")
+    return fact
+
+
+def _about(agent: Agent, subject: Entity, predicate: Predicate | None) -> QuerySet[Fact]:
+    qs = Fact.objects.filter(agent=agent, subject=subject)
+    return qs.filter(predicate=predicate) if predicate is not None else qs
+
+
+def _valid_at(moment: datetime) -> Q:
+    return Q(valid_from__lte=moment) & (Q(valid_to__isnull=True) | Q(valid_to__gt=moment))
+
+
+def facts_as_of(
+    *, agent: Agent, subject: Entity, predicate: Predicate | None, valid_time: datetime
+) -> QuerySet[Fact]:
+    """True at valid_time, as currently believed."""
+    qs = _about(agent, subject, predicate).filter(BELIEVED & _valid_at(valid_time))
+    return _with_status(qs).order_by("predicate__name", "valid_from")
+
+
+def facts_current(*, agent: Agent, subject: Entity, predicate: Predicate | None) -> QuerySet[Fact]:
+    """Valid now, as currently believed."""
+    return facts_as_of(agent=agent, subject=subject, predicate=predicate, valid_time=timezone.now())
+
+
+def facts_as_known_at(
+    *,
+    agent: Agent,
+    subject: Entity,
+    predicate: Predicate | None,
+    valid_time: datetime,
+    record_time: datetime,
+) -> QuerySet[Fact]:
+    """What the system believed at record_time about valid_time.
+
+    A version was believed from recorded_at until superseded_at; contested
+    claims were never believed, so they never appear here.
+    """
+    believed_then = (
+        ~Q(status=FactStatus.CONTESTED)
+        & Q(recorded_at__lte=record_time)
+        & (Q(superseded_at__isnull=True) | Q(superseded_at__gt=record_time))
+    )
+    qs = _about(agent, subject, predicate).filter(believed_then & _valid_at(valid_time))
+    return _with_status(qs).order_by("predicate__name", "valid_from")
+
+
+def fact_chain(*, agent: Agent, subject: Entity, predicate: Predicate) -> QuerySet[Fact]:
+    """Every version of subject+predicate ever recorded — believed, superseded,
+    retracted and contested — in record order, with their links."""
+    return _with_status(_about(agent, subject, predicate)).order_by(
+        "recorded_at", "valid_from", "id"
+    )
+
+
+def contested_queue(*, agent: Agent) -> QuerySet[Fact]:
+    """Open contests, oldest first: what an operator has to settle."""
+    return _with_status(Fact.objects.filter(agent=agent).filter(OPEN_CONTEST)).order_by(
+        "recorded_at", "id"
+    )
+
+
+# --------------------------------------------------------------------------- graph
+
+
+@dataclass(frozen=True)
+class Path:
+    entities: list[Entity]
+    facts: list[Fact]
+
+
+MAX_HOPS = 4
+
+
+def graph_paths(
+    *,
+    agent: Agent,
+    start: Entity,
+    end: Entity | None = None,
+    min_hops: int = 1,
+    max_hops: int = 3,
+    predicates: list[Predicate] | None = None,
+    valid_time: datetime | None = None,
+    limit: int = 50,
+) -> list[Path]:
+    """Paths of relations from `start` (to `end`, if given), believed and valid at
+    valid_time (default now), as one recursive SQL query.
+
+    `predicates`, when given, is the predicate of each hop in order and fixes
+    the path length. No entity is visited twice in one path. Each path comes
+    with its facts as evidence. Shortest paths first.
+    """
+    if predicates:
+        min_hops = max_hops = len(predicates)
+    if not 1 <= min_hops <= max_hops <= MAX_HOPS:
+        raise InvalidInput(
+            f"hops must satisfy 1 <= min_hops <= max_hops <= {MAX_HOPS}",
+            details={"max_hops": [f"at most {MAX_HOPS}"]},
+        )
+    moment = valid_time or timezone.now()
+    predicate_ids = [p.pk for p in predicates] if predicates else None
+    edge = """
+        f.agent_id = %(agent)s AND f.object_entity_id IS NOT NULL
+        AND f.status = 'active' AND f.superseded_at IS NULL
+        AND f.valid_from <= %(at)s AND (f.valid_to IS NULL OR f.valid_to > %(at)s)
+    """
+    sql = f"""
+        WITH RECURSIVE walk(depth, node, nodes, facts) AS (
+            SELECT 1, f.object_entity_id, ARRAY[f.subject_id, f.object_entity_id], ARRAY[f.id]
+              FROM facts_fact f
+             WHERE {edge} AND f.subject_id = %(start)s
+               AND f.object_entity_id <> %(start)s
+               AND (%(preds)s::uuid[] IS NULL OR f.predicate_id = (%(preds)s::uuid[])[1])
+            UNION ALL
+            SELECT w.depth + 1, f.object_entity_id, w.nodes || f.object_entity_id, w.facts || f.id
+              FROM walk w JOIN facts_fact f ON f.subject_id = w.node
+             WHERE {edge} AND w.depth < %(max)s
+               AND NOT f.object_entity_id = ANY(w.nodes)
+               AND (%(preds)s::uuid[] IS NULL OR f.predicate_id = (%(preds)s::uuid[])[w.depth + 1])
+        )
+        SELECT nodes, facts FROM walk
+         WHERE depth >= %(min)s AND (%(end)s::uuid IS NULL OR node = %(end)s::uuid)
+         ORDER BY depth, nodes
+         LIMIT %(limit)s
+    """
+    params = {
+        "agent": agent.pk,
+        "at": moment,
+        "start": start.pk,
+        "end": end.pk if end else None,
+        "preds": predicate_ids,
+        "min": min_hops,
+        "max": max_hops,
+        "limit": limit,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    entity_ids = {e for nodes, _ in rows for e in nodes}
+    fact_ids = {f for _, facts in rows for f in facts}
+    entities = Entity.objects.in_bulk(list(entity_ids))
+    facts = _with_status(Fact.objects.filter(pk__in=fact_ids)).in_bulk()
+    return [
+        Path([entities[e] for e in nodes], [facts[f] for f in fact_list])
+        for nodes, fact_list in rows
+    ]
