@@ -100,9 +100,16 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def _append_and_apply(*, agent: Agent, drafts: Sequence[EventDraft]) -> list[p.Applied]:
+def _append_and_apply(
+    *, agent: Agent, drafts: Sequence[EventDraft], preload: Sequence[tuple[str, str]] = ()
+) -> list[p.Applied]:
+    """Append the events, apply them through one store, write the net result."""
     events = events_append(agent=agent, drafts=drafts)
-    return [p.apply(event) for event in events]
+    store = p.Store()
+    store.preload(agent.pk, [(uuid.UUID(s), uuid.UUID(pr)) for s, pr in preload])
+    applied = [p.apply(event, store) for event in events]
+    store.flush()
+    return applied
 
 
 def _with_retry(write):
@@ -401,12 +408,7 @@ def facts_assert(*, agent: Agent, claims: Sequence[ClaimInput]) -> list[p.Applie
 
     def write() -> list[p.Applied]:
         plan = _plan(agent, claims)
-        with connection.cursor() as cursor:
-            for subject_id, predicate_id in sorted(plan.locks):
-                cursor.execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                    [f"facts:{agent.pk}:{subject_id}:{predicate_id}"],
-                )
+        p.lock_pairs(agent.pk, plan.locks)
         drafts = [
             OPERATOR.draft(
                 p.ENTITY_CREATED,
@@ -422,7 +424,9 @@ def facts_assert(*, agent: Agent, claims: Sequence[ClaimInput]) -> list[p.Applie
         drafts += [OPERATOR.draft(p.PREDICATE_DEFINED, d) for d in plan.new_predicates.values()]
         first_assert = len(drafts)
         drafts += [prov.draft(p.ASSERTED, payload) for prov, payload in plan.asserts]
-        return _append_and_apply(agent=agent, drafts=drafts)[first_assert:]
+        return _append_and_apply(agent=agent, drafts=drafts, preload=sorted(plan.locks))[
+            first_assert:
+        ]
 
     return _with_retry(write)
 
@@ -582,10 +586,22 @@ def _claim_entity(ref, entity_type, entities, plan, problems, what) -> str | Non
     return plan.new_entities[key][0]
 
 
-def _believed_fact(agent: Agent, fact_id: uuid.UUID, *, allow_contested: bool = False) -> Fact:
-    fact = Fact.objects.filter(agent=agent, pk=fact_id).select_related("predicate").first()
-    if fact is None:
+def _locked_fact(agent: Agent, fact_id: uuid.UUID) -> Fact:
+    """The fact, read after locking its subject+predicate, so its state cannot
+    change between this check and the write (two retractions of one version)."""
+    key = (
+        Fact.objects.filter(agent=agent, pk=fact_id)
+        .values_list("subject_id", "predicate_id")
+        .first()
+    )
+    if key is None:
         raise NotFound(f"fact {fact_id} not found")
+    p.lock_subject_predicate(agent.pk, *key)
+    return Fact.objects.select_related("predicate").get(pk=fact_id)
+
+
+def _believed_fact(agent: Agent, fact_id: uuid.UUID, *, allow_contested: bool = False) -> Fact:
+    fact = _locked_fact(agent, fact_id)
     open_contest = fact.status == FactStatus.CONTESTED and fact.superseded_at is None
     if fact.superseded_at is not None or (
         fact.status == FactStatus.CONTESTED and not allow_contested
@@ -710,9 +726,7 @@ def contest_resolve(
     force (vouched for with operator authority); reject closes it."""
 
     def write():
-        fact = Fact.objects.filter(agent=agent, pk=fact_id).first()
-        if fact is None:
-            raise NotFound(f"fact {fact_id} not found")
+        fact = _locked_fact(agent, fact_id)
         if fact.status != FactStatus.CONTESTED or fact.superseded_at is not None:
             raise Conflict(f"fact {fact_id} is not an open contest", code="not_contested")
         provenance = Provenance(source_type=SourceType.OPERATOR, actor=actor)
