@@ -112,19 +112,23 @@ def _append_and_apply(
     return applied
 
 
+# Constraints a concurrent writer can make us meet; a retry re-plans and
+# then sees the other's row (its version, or the entity it just named).
+RETRYABLE_CONSTRAINTS = ("facts_one_believed_value_at_a_time", "facts_alias_unique_ci")
+
+
 def _with_retry(write):
-    """Run `write` in a savepoint; retry when the exclusion constraint still fires."""
+    """Run `write` in a savepoint; retry when a concurrent writer's row got in first."""
     for attempt in range(CONSTRAINT_RETRIES):
         try:
             with transaction.atomic():
                 return write()
         except IntegrityError as exc:
-            if (
-                "facts_one_believed_value_at_a_time" not in str(exc)
-                or attempt == CONSTRAINT_RETRIES - 1
-            ):
+            if not any(name in str(exc) for name in RETRYABLE_CONSTRAINTS):
+                raise  # a bug, not a race: let it surface
+            if attempt == CONSTRAINT_RETRIES - 1:
                 raise Conflict(
-                    "another write to the same fact got there first; retry the request",
+                    "another write to the same fact kept getting there first; retry the request",
                     code="concurrent_write",
                 ) from exc
     raise AssertionError("unreachable")
@@ -380,11 +384,9 @@ def authority_order_set(
 class _Plan:
     """A validated batch: what to create first, and the events to append."""
 
-    new_entities: dict[str, tuple[str, str]] = field(
-        default_factory=dict
-    )  # lower name -> (id, name)
-    entity_types: dict[str, str] = field(default_factory=dict)
-    new_predicates: dict[str, dict] = field(default_factory=dict)
+    # Made on first use, credited to the claim that first named them.
+    new_entities: dict[str, tuple[Provenance, dict]] = field(default_factory=dict)  # by lower name
+    new_predicates: dict[str, tuple[Provenance, dict]] = field(default_factory=dict)
     asserts: list[tuple[Provenance, dict]] = field(default_factory=list)
     locks: set[tuple[str, str]] = field(default_factory=set)
 
@@ -409,19 +411,8 @@ def facts_assert(*, agent: Agent, claims: Sequence[ClaimInput]) -> list[p.Applie
     def write() -> list[p.Applied]:
         plan = _plan(agent, claims)
         p.lock_pairs(agent.pk, plan.locks)
-        drafts = [
-            OPERATOR.draft(
-                p.ENTITY_CREATED,
-                {
-                    "entity_id": entity_id,
-                    "name": name,
-                    "entity_type": plan.entity_types[key],
-                    "aliases": [name],
-                },
-            )
-            for key, (entity_id, name) in plan.new_entities.items()
-        ]
-        drafts += [OPERATOR.draft(p.PREDICATE_DEFINED, d) for d in plan.new_predicates.values()]
+        drafts = [prov.draft(p.ENTITY_CREATED, d) for prov, d in plan.new_entities.values()]
+        drafts += [prov.draft(p.PREDICATE_DEFINED, d) for prov, d in plan.new_predicates.values()]
         first_assert = len(drafts)
         drafts += [prov.draft(p.ASSERTED, payload) for prov, payload in plan.asserts]
         return _append_and_apply(agent=agent, drafts=drafts, preload=sorted(plan.locks))[
@@ -447,7 +438,7 @@ def _plan(agent: Agent, claims: Sequence[ClaimInput]) -> _Plan:
         problems: dict[str, list[str]] = {}
         definition = _claim_predicate(agent, claim, predicates, plan, problems)
         subject_id = _claim_entity(
-            claim.subject, claim.subject_type, entities, plan, problems, "subject"
+            claim.subject, claim.subject_type, claim.provenance, entities, plan, problems, "subject"
         )
         object_id = None
         if definition is not None:
@@ -462,6 +453,7 @@ def _plan(agent: Agent, claims: Sequence[ClaimInput]) -> _Plan:
                     object_id = _claim_entity(
                         claim.object_entity,
                         claim.object_type,
+                        claim.provenance,
                         entities,
                         plan,
                         problems,
@@ -532,16 +524,19 @@ def _claim_predicate(agent, claim, predicates, plan, problems) -> dict | None:
                 )
         return {"predicate_id": str(existing.pk), "value_type": existing.value_type}
     if name not in plan.new_predicates:
-        plan.new_predicates[name] = {
-            "predicate_id": str(uuid7()),
-            "name": name,
-            "cardinality": claim.cardinality or Cardinality.ONE,
-            "value_type": claim.value_type
-            or (ValueType.ENTITY if claim.object_entity is not None else ValueType.ANY),
-            "volatility_seconds": None,
-            "description": "",
-        }
-    return plan.new_predicates[name]
+        plan.new_predicates[name] = (
+            claim.provenance,
+            {
+                "predicate_id": str(uuid7()),
+                "name": name,
+                "cardinality": claim.cardinality or Cardinality.ONE,
+                "value_type": claim.value_type
+                or (ValueType.ENTITY if claim.object_entity is not None else ValueType.ANY),
+                "volatility_seconds": None,
+                "description": "",
+            },
+        )
+    return plan.new_predicates[name][1]
 
 
 def _resolve_entities(agent: Agent, refs: Sequence[EntityRef]) -> dict[str, str]:
@@ -567,7 +562,7 @@ def _alias_lookup(agent: Agent, lowered: set[str]) -> list[tuple[str, uuid.UUID]
         return cursor.fetchall()
 
 
-def _claim_entity(ref, entity_type, entities, plan, problems, what) -> str | None:
+def _claim_entity(ref, entity_type, provenance, entities, plan, problems, what) -> str | None:
     entity_id = _parse_entity_id(ref)
     if entity_id is not None:
         if str(entity_id) not in entities:
@@ -581,9 +576,17 @@ def _claim_entity(ref, entity_type, entities, plan, problems, what) -> str | Non
     if key in entities:
         return entities[key]
     if key not in plan.new_entities:
-        plan.new_entities[key] = (str(uuid7()), ref.strip())
-        plan.entity_types[key] = entity_type or "thing"
-    return plan.new_entities[key][0]
+        name = ref.strip()
+        plan.new_entities[key] = (
+            provenance,
+            {
+                "entity_id": str(uuid7()),
+                "name": name,
+                "entity_type": entity_type or "thing",
+                "aliases": [name],
+            },
+        )
+    return plan.new_entities[key][1]["entity_id"]
 
 
 def _locked_fact(agent: Agent, fact_id: uuid.UUID) -> Fact:
