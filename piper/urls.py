@@ -12,6 +12,7 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     path("api/v1/", include("piper.api.urls")),
     path("api/v1/", include("ledger.urls")),
+    path("api/v1/", include("facts.urls")),
 ]
 
 handler404 = "piper.api.views.not_found"

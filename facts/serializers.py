@@ -1,0 +1,485 @@
+"""Request and response shapes of the facts API.
+
+Inputs are strict (unknown fields and mistyped values are refused, never
+coerced); outputs are declared fields over what the selectors load, so a list
+serializes without a query per row.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from piper.api.serializers import StrictCharField, StrictFloatField, StrictSerializer
+from piper.provenance import Authority, SourceType
+
+from .models import Cardinality, Fact, FactOrigin, FactStatus, ValueType
+from .services import MAX_BATCH, MAX_NAME, MISSING, ClaimInput, Provenance
+
+ENTITY_REF_HELP = "An entity id, or any of the entity's names (case-insensitive)."
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 date-time that names its time zone: a bare local time is ambiguous
+    on both time axes, so it is refused rather than read as UTC."""
+
+    default_error_messages = {
+        "naive": "must carry a time zone, e.g. 2026-01-31T09:00:00Z",
+    }
+
+    def enforce_timezone(self, value):
+        if timezone.is_naive(value):
+            self.fail("naive")
+        return super().enforce_timezone(value)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer must arrive as a JSON integer: "5", 5.0 and true are not integers."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A boolean must arrive as JSON true or false: "yes" and 1 are not booleans."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+class CommaListField(serializers.ListField):
+    """A query parameter holding a comma-separated list: `predicates=a,b,c`."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            data = [part.strip() for part in data.split(",")]
+        return super().to_internal_value(data)
+
+
+# ------------------------------------------------------------------------ provenance
+
+
+class ProvenanceInputSerializer(StrictSerializer):
+    """Who claims it, how they know, how sure they are (DESIGN §3)."""
+
+    source_type = serializers.ChoiceField(
+        choices=SourceType.choices, required=False, default=SourceType.AGENT_INFERENCE
+    )
+    source_ref = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
+    authority = serializers.ChoiceField(
+        choices=Authority.choices,
+        required=False,
+        help_text="Defaults from source_type; a lower authority than the believed value's "
+        "makes the claim contested instead of current.",
+    )
+    confidence = StrictFloatField(min_value=0.0, max_value=1.0, required=False, default=1.0)
+    actor = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+    session_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+
+    PROVENANCE_FIELDS = (
+        "source_type",
+        "source_ref",
+        "authority",
+        "confidence",
+        "actor",
+        "session_id",
+    )
+
+    @classmethod
+    def provenance(cls, data: dict) -> Provenance:
+        return Provenance(**{k: data[k] for k in cls.PROVENANCE_FIELDS if k in data})
+
+
+# ------------------------------------------------------------------------ entities
+
+
+class EntityCreateInputSerializer(StrictSerializer):
+    name = StrictCharField(max_length=MAX_NAME, help_text="Canonical name (also an alias).")
+    entity_type = StrictCharField(max_length=100, required=False, default="thing")
+    aliases = serializers.ListField(
+        child=StrictCharField(max_length=MAX_NAME), required=False, default=list
+    )
+
+
+class AliasAddInputSerializer(StrictSerializer):
+    alias = StrictCharField(max_length=MAX_NAME)
+
+
+class EntityRefSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+
+
+class EntitySummarySerializer(EntityRefSerializer):
+    entity_type = serializers.CharField()
+
+
+class EntityOutputSerializer(EntitySummarySerializer):
+    aliases = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    source_event_id = serializers.UUIDField()
+
+    def get_aliases(self, entity) -> list[str]:
+        # .all() reads the prefetch the selectors made; sorted here, not re-queried.
+        return sorted((a.alias for a in entity.aliases.all()), key=str.lower)
+
+
+class EntitySearchQuerySerializer(StrictSerializer):
+    q = serializers.CharField(max_length=MAX_NAME, help_text="A name, or part of one.")
+    limit = serializers.IntegerField(min_value=1, max_value=100, required=False, default=10)
+
+
+class EntityMatchSerializer(serializers.Serializer):
+    entity = EntitySummarySerializer()
+    alias = serializers.CharField(help_text="The name that matched.")
+    similarity = serializers.FloatField(help_text="pg_trgm similarity of that name, 0-1.")
+
+
+class EntitySearchOutputSerializer(serializers.Serializer):
+    results = EntityMatchSerializer(many=True)
+
+
+class CursorQuerySerializer(StrictSerializer):
+    cursor = serializers.CharField(required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=1000, required=False)
+
+
+# ---------------------------------------------------------------------- predicates
+
+
+class PredicateDefineInputSerializer(StrictSerializer):
+    """Fields left out keep their current value (or the default, for a new predicate)."""
+
+    cardinality = serializers.ChoiceField(
+        choices=Cardinality.choices,
+        required=False,
+        help_text="'one' value at a time (default) or 'many'. Becoming 'one' is refused (409) "
+        "while a subject holds several values at once.",
+    )
+    value_type = serializers.ChoiceField(
+        choices=ValueType.choices,
+        required=False,
+        help_text="Default 'any'. A type the believed values do not fit is refused (409).",
+    )
+    volatility_seconds = StrictIntegerField(
+        min_value=1,
+        required=False,
+        allow_null=True,
+        help_text="How long a value can be trusted before it should be re-checked; null: forever.",
+    )
+    description = StrictCharField(required=False, allow_blank=True, max_length=2000)
+
+
+class PredicateOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    cardinality = serializers.ChoiceField(choices=Cardinality.choices)
+    value_type = serializers.ChoiceField(choices=ValueType.choices)
+    volatility_seconds = serializers.IntegerField(allow_null=True)
+    description = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    source_event_id = serializers.UUIDField()
+
+
+# The same enum as every `authority` field: spectacular would otherwise name this
+# list's choice set a second time ("OrderEnum") and warn.
+@extend_schema_field({"$ref": "#/components/schemas/AuthorityEnum"})
+class AuthorityLevelField(serializers.ChoiceField):
+    def __init__(self, **kwargs):
+        super().__init__(choices=Authority.choices, **kwargs)
+
+
+class AuthorityOrderSerializer(StrictSerializer):
+    order = serializers.ListField(
+        child=AuthorityLevelField(),
+        allow_empty=False,
+        help_text="Authority levels, most trusted first. Levels left out rank below the listed "
+        "ones, in the default order.",
+    )
+
+
+# --------------------------------------------------------------------------- facts
+
+
+class ClaimInputSerializer(ProvenanceInputSerializer):
+    subject = StrictCharField(
+        max_length=MAX_NAME, help_text=f"{ENTITY_REF_HELP} A new name creates the entity."
+    )
+    predicate = StrictCharField(max_length=100, help_text="e.g. 'lives_in'; new ones are created.")
+    value = serializers.JSONField(
+        required=False,
+        allow_null=True,  # so that the service explains why null is not a value
+        help_text="The value; send object_entity instead for a relation.",
+    )
+    object_entity = StrictCharField(
+        max_length=MAX_NAME,
+        required=False,
+        help_text=f"The object of a relation. {ENTITY_REF_HELP} A new name creates the entity.",
+    )
+    valid_from = AwareDateTimeField(
+        required=False, help_text="True in the world from (default: now)."
+    )
+    valid_to = AwareDateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="… until, exclusive (default: until the next known change, or open).",
+    )
+    cardinality = serializers.ChoiceField(
+        choices=Cardinality.choices,
+        required=False,
+        help_text="For a new predicate (default 'one'); must match an existing one.",
+    )
+    value_type = serializers.ChoiceField(
+        choices=ValueType.choices,
+        required=False,
+        help_text="For a new predicate (default 'any', or 'entity' for a relation).",
+    )
+    subject_type = StrictCharField(max_length=100, required=False, default="thing")
+    object_type = StrictCharField(max_length=100, required=False, default="thing")
+
+    def to_claim(self, data: dict) -> ClaimInput:
+        return ClaimInput(
+            subject=data["subject"],
+            predicate=data["predicate"],
+            value=data.get("value", MISSING),
+            object_entity=data.get("object_entity"),
+            valid_from=data.get("valid_from"),
+            valid_to=data.get("valid_to"),
+            cardinality=data.get("cardinality"),
+            value_type=data.get("value_type"),
+            subject_type=data["subject_type"],
+            object_type=data["object_type"],
+            provenance=self.provenance(data),
+        )
+
+
+class ClaimBatchInputSerializer(StrictSerializer):
+    facts = serializers.ListField(
+        child=ClaimInputSerializer(), allow_empty=False, max_length=MAX_BATCH
+    )
+
+
+class RetractInputSerializer(ProvenanceInputSerializer):
+    reason = StrictCharField(max_length=2000, help_text="Why it is no longer believed.")
+
+
+class CorrectInputSerializer(ProvenanceInputSerializer):
+    value = serializers.JSONField(
+        required=False, allow_null=True, help_text="The right value for the period."
+    )
+    object_entity = StrictCharField(
+        max_length=MAX_NAME, required=False, help_text=f"For a relation. {ENTITY_REF_HELP}"
+    )
+
+
+class EndInputSerializer(ProvenanceInputSerializer):
+    valid_to = AwareDateTimeField(help_text="When it stopped being true (exclusive).")
+
+
+class ResolveInputSerializer(StrictSerializer):
+    accept = StrictBooleanField(
+        help_text="true puts the contested claim in force with operator authority; "
+        "false rejects it."
+    )
+    actor = StrictCharField(max_length=200, required=False, default="operator")
+
+
+# ---------------------------------------------------------------------- fact output
+
+
+class SourceSerializer(serializers.Serializer):
+    event_id = serializers.UUIDField(source="pk")
+    source_type = serializers.ChoiceField(choices=SourceType.choices)
+    source_ref = serializers.CharField()
+    actor = serializers.CharField()
+    session_id = serializers.CharField()
+
+
+class MemoryStatusSerializer(serializers.Serializer):
+    """Why to believe a fact, and how far: typed fields, never prose."""
+
+    source = SourceSerializer(source="source_event", help_text="The claim's ledger event.")
+    authority = serializers.ChoiceField(choices=Authority.choices)
+    confidence = serializers.FloatField()
+    valid_from = serializers.DateTimeField()
+    valid_to = serializers.DateTimeField(allow_null=True)
+    recorded_at = serializers.DateTimeField()
+    superseded_at = serializers.DateTimeField(allow_null=True)
+    last_confirmed_at = serializers.DateTimeField(
+        help_text="Record time of the latest evidence for this version."
+    )
+    age_seconds = serializers.SerializerMethodField(
+        help_text="Whole seconds since last_confirmed_at."
+    )
+    needs_recheck = serializers.SerializerMethodField(
+        help_text="The predicate's volatility_seconds has passed since last_confirmed_at."
+    )
+    status = serializers.ChoiceField(choices=FactStatus.choices)
+    origin = serializers.ChoiceField(choices=FactOrigin.choices)
+    supersedes = serializers.UUIDField(source="supersedes_id", allow_null=True)
+    superseded_by = serializers.UUIDField(source="superseded_by_id", allow_null=True)
+    contests = serializers.UUIDField(
+        source="contests_id",
+        allow_null=True,
+        help_text="The higher-authority version this claim challenged.",
+    )
+    contested_by = serializers.SerializerMethodField(
+        help_text="Open contests against this version, oldest first."
+    )
+
+    def _now(self) -> datetime:
+        # One clock per response: every fact's age is measured from the same moment.
+        now = self.context.get("now")
+        if now is None:
+            now = self.context["now"] = timezone.now()
+        return now
+
+    def get_age_seconds(self, fact: Fact) -> int:
+        return max(0, int((self._now() - fact.last_confirmed_at).total_seconds()))
+
+    def get_needs_recheck(self, fact: Fact) -> bool:
+        volatility = fact.predicate.volatility_seconds
+        if volatility is None:
+            return False
+        return (self._now() - fact.last_confirmed_at).total_seconds() > volatility
+
+    @extend_schema_field(serializers.ListField(child=serializers.UUIDField()))
+    def get_contested_by(self, fact: Fact) -> list[str]:
+        return [str(c.pk) for c in fact.open_contests]
+
+
+class FactOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    subject = EntityRefSerializer()
+    predicate = serializers.CharField(source="predicate.name")
+    value = serializers.JSONField(
+        source="object_value", allow_null=True, help_text="null for a relation."
+    )
+    object_entity = EntityRefSerializer(allow_null=True, help_text="The object of a relation.")
+    memory_status = MemoryStatusSerializer(source="*")
+
+
+class FactListOutputSerializer(serializers.Serializer):
+    subject = EntityRefSerializer()
+    predicate = serializers.CharField(allow_null=True)
+    facts = FactOutputSerializer(many=True)
+
+
+class FactAsOfOutputSerializer(FactListOutputSerializer):
+    valid_time = serializers.DateTimeField()
+
+
+class FactAsKnownAtOutputSerializer(FactAsOfOutputSerializer):
+    record_time = serializers.DateTimeField()
+
+
+class FactWriteOutputSerializer(serializers.Serializer):
+    outcome = serializers.ChoiceField(
+        choices=[
+            "created",
+            "confirmed",
+            "contested",
+            "retracted",
+            "corrected",
+            "ended",
+            "accepted",
+            "rejected",
+        ]
+    )
+    fact = FactOutputSerializer(help_text="The version the write made, confirmed or closed.")
+    superseded = serializers.ListField(
+        child=serializers.UUIDField(), help_text="Versions this write closed and replaced."
+    )
+    resolved_contests = serializers.ListField(
+        child=serializers.UUIDField(), help_text="Open contests this write settled."
+    )
+
+
+class FactReceiptSerializer(serializers.Serializer):
+    outcome = serializers.ChoiceField(choices=["created", "confirmed", "contested"])
+    fact_id = serializers.UUIDField()
+    superseded = serializers.ListField(child=serializers.UUIDField())
+    resolved_contests = serializers.ListField(child=serializers.UUIDField())
+
+
+class FactBatchOutputSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    results = FactReceiptSerializer(many=True, help_text="One per claim, in request order.")
+
+
+# ---------------------------------------------------------------------- query shapes
+
+
+class FactQuerySerializer(StrictSerializer):
+    subject = serializers.CharField(max_length=MAX_NAME, help_text=ENTITY_REF_HELP)
+    predicate = serializers.CharField(
+        max_length=100, required=False, help_text="Leave out for every predicate of the subject."
+    )
+
+
+class FactAsOfQuerySerializer(FactQuerySerializer):
+    valid_time = AwareDateTimeField(help_text="The moment in the world asked about.")
+
+
+class FactAsKnownAtQuerySerializer(FactAsOfQuerySerializer):
+    record_time = AwareDateTimeField(help_text="What the system believed at this moment.")
+
+
+class FactChainQuerySerializer(StrictSerializer):
+    subject = serializers.CharField(max_length=MAX_NAME, help_text=ENTITY_REF_HELP)
+    predicate = serializers.CharField(max_length=100)
+
+
+class GraphPathsQuerySerializer(StrictSerializer):
+    start = serializers.CharField(max_length=MAX_NAME, help_text=ENTITY_REF_HELP)
+    end = serializers.CharField(max_length=MAX_NAME, required=False, help_text=ENTITY_REF_HELP)
+    min_hops = serializers.IntegerField(min_value=1, max_value=4, required=False, default=1)
+    max_hops = serializers.IntegerField(min_value=1, max_value=4, required=False, default=3)
+    predicates = CommaListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        min_length=1,
+        max_length=4,
+        help_text="The predicate of each hop, in order (comma-separated); fixes the length.",
+    )
+    valid_time = AwareDateTimeField(required=False, help_text="Default: now.")
+    limit = serializers.IntegerField(min_value=1, max_value=1000, required=False, default=50)
+
+
+class PathSerializer(serializers.Serializer):
+    hops = serializers.SerializerMethodField()
+    entities = EntitySummarySerializer(many=True, help_text="start, …, end")
+    facts = FactOutputSerializer(many=True, help_text="The relation of each hop: the evidence.")
+
+    def get_hops(self, path) -> int:
+        return len(path.facts)
+
+
+class GraphPathsOutputSerializer(serializers.Serializer):
+    valid_time = serializers.DateTimeField()
+    paths = PathSerializer(many=True)
+
+
+def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
+    """The shape of one page of a cursor-paginated list."""
+    return type(
+        name,
+        (serializers.Serializer,),
+        {
+            "next": serializers.URLField(allow_null=True),
+            "previous": serializers.URLField(allow_null=True),
+            "results": item(many=True),
+        },
+    )
+
+
+EntityPageSerializer = page_of(EntityOutputSerializer, "EntityPageSerializer")
+PredicatePageSerializer = page_of(PredicateOutputSerializer, "PredicatePageSerializer")
+FactPageSerializer = page_of(FactOutputSerializer, "FactPageSerializer")
