@@ -148,6 +148,23 @@ class OpenContestFilter(admin.SimpleListFilter):
         return queryset
 
 
+class PredicateNameFilter(admin.SimpleListFilter):
+    """By predicate name, across agents: each agent has its own `lives_in` row, and a
+    filter listing every row would show the same name once per agent."""
+
+    title = "predicate"
+    parameter_name = "predicate"
+
+    def lookups(self, request, model_admin):
+        names = Predicate.objects.order_by("name").values_list("name", flat=True).distinct()
+        return [(name, name) for name in names]
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.filter(predicate__name=self.value())
+        return queryset
+
+
 class FactEvidenceInline(ReadOnlyMixin, admin.TabularInline):
     model = FactEvidence
     fields = ["event", "recorded_at"]
@@ -175,7 +192,7 @@ class FactAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "challenges",
         "agent",
     ]
-    list_filter = [OpenContestFilter, "status", "authority", "origin", "predicate", "agent"]
+    list_filter = [OpenContestFilter, PredicateNameFilter, "status", "authority", "origin", "agent"]
     list_select_related = [
         "agent",
         "subject",

@@ -183,11 +183,22 @@ def test_fact_filters_and_search(admin_client, memory, params, values):
     assert [f.object_value for f in response.context["cl"].result_list] == values
 
 
-def test_filter_by_predicate(admin_client, memory):
-    response = admin_client.get(
-        changelist("fact"), {"predicate__id__exact": str(memory["lives_in"].pk)}
+def test_filter_by_predicate_name_across_agents(admin_client, memory):
+    other = AgentFactory(name="other")
+    assert_fact(other, subject="Bob", predicate="lives_in", value="Lima")
+    response = admin_client.get(changelist("fact"), {"predicate": "lives_in"})
+    assert response.context["cl"].result_count == 5  # four versions of Alice's, Bob's one
+    lookups = [
+        choice["display"]
+        for spec in response.context["cl"].filter_specs
+        if spec.title == "predicate"
+        for choice in spec.choices(response.context["cl"])
+    ]
+    assert lookups == ["All", "lives_in", "works_for"]
+    narrowed = admin_client.get(
+        changelist("fact"), {"predicate": "lives_in", "agent__id__exact": str(other.pk)}
     )
-    assert response.context["cl"].result_count == 4
+    assert [f.object_value for f in narrowed.context["cl"].result_list] == ["Lima"]
 
 
 def test_changelist_names_what_a_contest_challenges(admin_client, memory):
