@@ -6,12 +6,19 @@ An item is a function of an ItemContext. It returns its metrics (a JSON-able
 dict, or None) when it passes, and raises ItemFailure with a failure code from
 the taxonomy when memory broke. Any other exception is also a failure, under
 the item's default code, with the traceback's tail as the detail.
+
+A suite may also declare generated items (`suite.generated(...)`): a pure
+function of the run's seeded randomness draws the items (the same seed, the
+same items), one `prepare` writes the world they need in batches, and one
+`check` per item asks its questions. Each generated item is stored as its own
+result. Suites may gate named metrics (MetricGate) besides their pass rate.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import random
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -75,6 +82,68 @@ class Item:
 
 
 @dataclass(frozen=True)
+class ItemSpec:
+    """One generated item, drawn before anything is written.
+
+    `data` is what the suite's prepare and check need (not stored); `metrics`
+    is stored with the item's result whether it passes or fails, so a summary
+    can count what the item was meant to measure even when it crashed.
+    """
+
+    key: str
+    title: str
+    default_code: FailureCode
+    data: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+
+
+Generate = Callable[[random.Random], Sequence[ItemSpec]]
+Prepare = Callable[["ItemContext", Sequence[ItemSpec]], Any]
+Check = Callable[["ItemContext", ItemSpec, Any], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class Generator:
+    """Generated items: `generate(rng)` draws them (pure: no I/O, nothing but
+    rng), `prepare(ctx, specs)` writes their world once and returns a state,
+    `check(ctx, spec, state)` runs one item like a declared item's function.
+    If prepare raises, every item fails with its ItemFailure code, or with
+    `setup_code` for any other exception."""
+
+    key: str
+    generate: Generate
+    prepare: Prepare
+    check: Check
+    setup_code: FailureCode = FailureCode.W0
+
+
+@dataclass(frozen=True)
+class MetricGate:
+    """A bound on a metric the suite's summary reports; unreported fails."""
+
+    metric: str
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.minimum is None) == (self.maximum is None):
+            raise ValueError(f"metric gate {self.metric}: give a minimum or a maximum")
+
+    @property
+    def name(self) -> str:
+        if self.minimum is not None:
+            return f"{self.metric} >= {self.minimum:g}"
+        return f"{self.metric} <= {self.maximum:g}"
+
+    def holds(self, value: float | None) -> bool:
+        if value is None:
+            return False
+        if self.minimum is not None:
+            return value >= self.minimum
+        return value <= self.maximum
+
+
+@dataclass(frozen=True)
 class ItemOutcome:
     """What one item did in one run."""
 
@@ -86,6 +155,7 @@ class ItemOutcome:
     detail: str
     metrics: dict[str, Any]
     duration_ms: float
+    generator: str = ""  # the Generator's key, for a generated item
 
 
 @dataclass(frozen=True)
@@ -112,7 +182,9 @@ class Suite:
     weight: float
     gate: float = 1.0  # minimum pass rate, 0-1
     summarize: Callable[[Sequence[ItemOutcome]], SuiteSummary] = default_summary
+    metric_gates: tuple[MetricGate, ...] = ()
     items: list[Item] = field(default_factory=list)
+    generators: list[Generator] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not SUITE_CODE.match(self.code):
@@ -142,6 +214,52 @@ class Suite:
             return func
 
         return declare
+
+    def generated(
+        self,
+        key: str,
+        *,
+        generate: Generate,
+        prepare: Prepare,
+        check: Check,
+        setup_code: FailureCode = FailureCode.W0,
+    ) -> Generator:
+        """Declare generated items; `key` seeds their draw (see Generator)."""
+        if not ITEM_KEY.match(key):
+            raise ValueError(f"generator key {key!r}: lower-case letters, digits and '_'")
+        if any(existing.key == key for existing in self.generators):
+            raise ValueError(f"suite {self.code} already has a generator {key!r}")
+        generator = Generator(
+            key=key,
+            generate=generate,
+            prepare=prepare,
+            check=check,
+            setup_code=FailureCode(setup_code),
+        )
+        self.generators.append(generator)
+        return generator
+
+    def specs(self, generator: Generator, *, seed: int) -> list[ItemSpec]:
+        """The items `generator` draws for `seed`: the same seed, the same items.
+
+        Keys must be valid, unique, and not clash with the suite's declared items.
+        """
+        rng = random.Random(f"{seed}:{self.code}:{generator.key}:generate")
+        specs = list(generator.generate(rng))
+        taken = {item.key for item in self.items}
+        for spec in specs:
+            if not ITEM_KEY.match(spec.key):
+                raise ValueError(
+                    f"generated item key {spec.key!r}: lower-case letters, digits and '_'"
+                )
+            if spec.key in taken:
+                raise ValueError(f"suite {self.code}: generated item key {spec.key!r} is taken")
+            taken.add(spec.key)
+        return specs
+
+    def item_count(self, *, seed: int = 0) -> int:
+        """Declared items plus what the generators draw for `seed`."""
+        return len(self.items) + sum(len(self.specs(g, seed=seed)) for g in self.generators)
 
 
 _suites: dict[str, Suite] = {}

@@ -3,8 +3,10 @@
 * A suite's score is its pass rate × 100 unless the suite summarises itself.
 * The total is the weight-averaged score of the suites with weight > 0; when
   only weight-0 suites ran (L alone), it is their combined pass rate × 100.
-* Gates: every suite's minimum pass rate, and the caps, which look at named
-  metrics suites report. A cap whose metrics no suite reported is not gated.
+* Gates: every suite's minimum pass rate, its metric gates (bounds on named
+  metrics it reports; a gated metric it did not report fails), and the caps,
+  which look at named metrics suites report. A cap whose metrics no suite
+  reported is not gated.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .registry import ItemOutcome, Suite
+from .registry import ItemOutcome, MetricGate, Suite
 
 
 @dataclass(frozen=True)
@@ -56,14 +58,22 @@ class SuiteResult:
     passed: int
     score: float
     metrics: dict[str, float] = field(default_factory=dict)
+    metric_gates: tuple[MetricGate, ...] = ()
 
     @property
     def pass_rate(self) -> float:
         return self.passed / self.items if self.items else 0.0
 
     @property
-    def gate_passed(self) -> bool:
+    def pass_rate_held(self) -> bool:
         return self.items > 0 and self.pass_rate >= self.gate
+
+    @property
+    def gate_passed(self) -> bool:
+        """Every gate of the suite held: its pass rate and each metric gate."""
+        return self.pass_rate_held and all(
+            gate.holds(self.metrics.get(gate.metric)) for gate in self.metric_gates
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -94,13 +104,14 @@ def suite_result(*, suite: Suite, outcomes: Sequence[ItemOutcome]) -> SuiteResul
         passed=sum(o.passed for o in outcomes),
         score=summary.score,
         metrics=dict(summary.metrics),
+        metric_gates=tuple(suite.metric_gates),
     )
 
 
 @dataclass(frozen=True)
 class Gate:
     name: str
-    kind: str  # "suite" or "cap"
+    kind: str  # "suite" (pass rate), "metric" (a suite's metric gate) or "cap"
     passed: bool
     detail: str
 
@@ -141,15 +152,30 @@ def _suite_gate(result: SuiteResult) -> Gate:
     return Gate(
         name=f"{result.code} pass rate >= {result.gate:.0%}",
         kind="suite",
-        passed=result.gate_passed,
+        passed=result.pass_rate_held,
         detail=f"{result.passed}/{result.items} items passed ({result.pass_rate:.1%})",
     )
+
+
+def _metric_gates(result: SuiteResult) -> list[Gate]:
+    gates = []
+    for gate in result.metric_gates:
+        value = result.metrics.get(gate.metric)
+        gates.append(
+            Gate(
+                name=f"{result.code} {gate.name}",
+                kind="metric",
+                passed=gate.holds(value),
+                detail="not reported" if value is None else f"{gate.metric} {value:.4g}",
+            )
+        )
+    return gates
 
 
 def score_run(results: Sequence[SuiteResult]) -> Scorecard:
     uncapped = weighted_total(results)
     metrics = reported_metrics(results)
-    gates = [_suite_gate(result) for result in results]
+    gates = [gate for result in results for gate in (_suite_gate(result), *_metric_gates(result))]
     total = uncapped
     for cap in CAPS:
         measured = {name: metrics[name] for name in cap.metrics if name in metrics}

@@ -17,7 +17,7 @@ from piper.tenancy.services import agent_create, agent_deactivate, api_key_creat
 from .models import BatteryRun, ItemResult
 from .registry import ItemOutcome, suites_select
 from .report import report_write
-from .runner import ItemContext, item_execute
+from .runner import suite_execute
 from .scoring import Scorecard, SuiteResult, score_run, suite_result
 from .transport import ApiClient, Transport, TransportFailure, transport_open
 
@@ -160,16 +160,9 @@ def battery_run(
         results = []
         for suite in suites:
             outcomes = []
-            for item in suite.items:
-                context = ItemContext(
-                    run_id=run.pk,
-                    seed=seed,
-                    suite=suite.code,
-                    item=item.key,
-                    client=primary,
-                    new_client=new_client,
-                )
-                outcome = item_execute(suite_code=suite.code, item=item, context=context)
+            for outcome in suite_execute(
+                suite=suite, seed=seed, run_id=run.pk, client=primary, new_client=new_client
+            ):
                 item_result_record(run=run, outcome=outcome)
                 outcomes.append(outcome)
                 if on_item is not None:

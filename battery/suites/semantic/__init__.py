@@ -1,0 +1,350 @@
+"""Suite C — semantic and temporal memory (DESIGN.md §4, §9), driven through
+the facts API as an agent would.
+
+A seeded draw (draw.py) makes 540 items of five kinds: C1 retention, C2
+supersession chains, C3 conflicting authority, C4 late-arriving evidence,
+C5 multi-hop relations. One throwaway agent holds the world of all of them:
+`prepare` writes it round by round, each round in batches of up to 1,000
+claims, asking the questions that concern a moment mid-way (C3's contest)
+right then; each item's `check` then asks the rest. Grading is in judge.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ...registry import ItemFailure, ItemSpec, MetricGate, Suite, register
+from ...runner import ItemContext
+from ...taxonomy import FailureCode as F
+from . import api as facts_api
+from .api import MAX_BATCH, FactsApi
+from .draw import generate
+from .judge import CORRECT, Tally, Verdict, judge_paths, judge_values, miss, summarize
+
+ACCURACY_GATE = 0.99
+STALE_GATE = 0.005
+
+suite = register(
+    Suite(
+        code="C",
+        name="Semantic and temporal memory",
+        description=(
+            "Facts recalled exactly among look-alikes, supersession chains, authority "
+            "contests, late-arriving evidence (as_of and as_known_at) and multi-hop "
+            "relations at a valid time: 540 items drawn from the seed."
+        ),
+        weight=20,
+        gate=ACCURACY_GATE,
+        summarize=summarize,
+        metric_gates=(
+            MetricGate("current_value_accuracy", minimum=ACCURACY_GATE),
+            MetricGate("as_of_accuracy", minimum=ACCURACY_GATE),
+            MetricGate("authority_temporal_resolution_accuracy", minimum=ACCURACY_GATE),
+            MetricGate("bitemporal_accuracy", minimum=ACCURACY_GATE),
+            MetricGate("multihop_accuracy", minimum=ACCURACY_GATE),
+            MetricGate("stale_value_rate", maximum=STALE_GATE),
+        ),
+    )
+)
+
+
+# ------------------------------------------------------------------------ the world
+
+
+@dataclass
+class Written:
+    """What the service answered to one write: a batch's receipt names the
+    fact; a single write's answer holds it, with its record time."""
+
+    outcome: str
+    fact_id: str | None
+    resolved: list[str]
+    recorded_at: datetime | None = None
+
+
+@dataclass
+class World:
+    written: dict[tuple[str, str], Written] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # item key -> why its world is missing
+    observed: dict[tuple[str, int], Any] = field(default_factory=dict)
+    requests: int = 0
+    seconds: float = 0.0
+
+
+def _written(result: Any) -> Written:
+    result = result if isinstance(result, dict) else {}
+    fact = result.get("fact") if isinstance(result.get("fact"), dict) else {}
+    fact_id = result.get("fact_id") or facts_api.fact_id(fact)
+    return Written(
+        outcome=str(result.get("outcome", "")),
+        fact_id=str(fact_id) if fact_id else None,
+        resolved=facts_api.ids(result.get("resolved_contests")),
+        recorded_at=facts_api.moment(facts_api.field_of(fact, "recorded_at")),
+    )
+
+
+def _read_record_times(api: FactsApi, world: World, wanted: list[tuple[str, str]]) -> None:
+    """Fill in the record time of writes whose answer did not carry it (batch
+    receipts), reading each fact back: as_known_at questions are asked at them."""
+    for key, ref in wanted:
+        written = world.written.get((key, ref))
+        if written is None or written.recorded_at is not None or written.fact_id is None:
+            continue
+        response = api.fact(written.fact_id)
+        world.requests += 1
+        if response.status == 200 and isinstance(response.body, dict):
+            written.recorded_at = facts_api.moment(facts_api.field_of(response.body, "recorded_at"))
+
+
+def _claim_text(claim: dict[str, Any]) -> str:
+    return f"{claim['subject']}.{claim['predicate']} from {claim['valid_from']}"
+
+
+def _assert_round(api: FactsApi, world: World, writes: list[tuple[str, dict[str, Any]]]) -> None:
+    """Send a round's claims in batches; a refused batch is retried claim by
+    claim, so one refused claim fails only its own item."""
+    for begin in range(0, len(writes), MAX_BATCH):
+        chunk = writes[begin : begin + MAX_BATCH]
+        response = api.assert_many([write["claim"] for _, write in chunk])
+        world.requests += 1
+        results = facts_api.write_results(response.body)
+        if response.status in (200, 201) and len(results) == len(chunk):
+            for (key, write), result in zip(chunk, results, strict=True):
+                world.written[(key, write["ref"])] = _written(result)
+            continue
+        if response.status < 400:
+            for key, _ in chunk:
+                world.errors.setdefault(
+                    key, f"POST /facts answered without one result per claim: {response.describe()}"
+                )
+            continue
+        for key, write in chunk:
+            if key in world.errors:
+                continue
+            single = api.assert_one(write["claim"])
+            world.requests += 1
+            if single.status in (200, 201):
+                world.written[(key, write["ref"])] = _written(single.body)
+            else:
+                world.errors[key] = (
+                    f"POST /facts {_claim_text(write['claim'])} refused: {single.describe()}"
+                )
+
+
+def _act(api: FactsApi, world: World, key: str, write: dict[str, Any]) -> None:
+    """A correct or end of an earlier write."""
+    target = world.written.get((key, write["target"]))
+    if target is None or target.fact_id is None:
+        world.errors[key] = f"{write['op']}: the answer to write {write['target']!r} named no fact"
+        return
+    response = api.act(write["op"], target.fact_id, write["body"])
+    world.requests += 1
+    if response.status in (200, 201):
+        world.written[(key, write["ref"])] = _written(response.body)
+    else:
+        world.errors[key] = (
+            f"POST /facts/{target.fact_id}/{write['op']} refused: {response.describe()}"
+        )
+
+
+def prepare(ctx: ItemContext, specs: Sequence[ItemSpec]) -> World:
+    """Write every item's world, round by round; within a round, claims first
+    (batched across items), then corrections and ends, then the questions
+    that must be asked at that moment."""
+    started = time.perf_counter()
+    api = FactsApi(ctx.client)
+    world = World()
+    rounds = max(write["round"] for spec in specs for write in spec.data["writes"])
+    timed = {
+        (spec.key, question["record_ref"])
+        for spec in specs
+        for question in spec.data["questions"]
+        if question.get("record_ref")
+    }
+    for number in range(1, rounds + 1):
+        claims = [
+            (spec.key, write)
+            for spec in specs
+            for write in spec.data["writes"]
+            if write["round"] == number and write["op"] == "assert" and spec.key not in world.errors
+        ]
+        _assert_round(api, world, claims)
+        for spec in specs:
+            for write in spec.data["writes"]:
+                if (
+                    write["round"] == number
+                    and write["op"] != "assert"
+                    and spec.key not in world.errors
+                ):
+                    _act(api, world, spec.key, write)
+        _read_record_times(
+            api,
+            world,
+            [
+                (spec.key, write["ref"])
+                for spec in specs
+                for write in spec.data["writes"]
+                if write["round"] == number and (spec.key, write["ref"]) in timed
+            ],
+        )
+        for spec in specs:
+            asking = FactsApi(ctx.client, memo={})
+            for index, question in enumerate(spec.data["questions"]):
+                if question.get("at") == number and spec.key not in world.errors:
+                    world.observed[(spec.key, index)] = _ask(asking, world, spec.key, question)
+    world.seconds = time.perf_counter() - started
+    return world
+
+
+# ---------------------------------------------------------------------- questions
+
+
+def _record_time(world: World, key: str, question: dict[str, Any]) -> str | Verdict:
+    written = world.written.get((key, question["record_ref"]))
+    recorded = written.recorded_at if written else None
+    if recorded is None:
+        return miss(F.W0, "the write's answer carried no recorded_at to ask as_known_at with")
+    moment = recorded + timedelta(microseconds=question["record_offset_us"])
+    return moment.isoformat()
+
+
+def _ask(api: FactsApi, world: World, key: str, question: dict[str, Any]) -> Any:
+    """Make the question's request: an ApiResponse, a Verdict already reached,
+    None for questions about a write's answer, or the exception it raised."""
+    try:
+        kind = question["q"]
+        if kind == "current":
+            return api.current(question["subject"], question["predicate"])
+        if kind == "as_of":
+            return api.as_of(question["subject"], question["predicate"], question["valid_time"])
+        if kind == "as_known_at":
+            record_time = _record_time(world, key, question)
+            if isinstance(record_time, Verdict):
+                return record_time
+            return api.as_known_at(
+                question["subject"], question["predicate"], question["valid_time"], record_time
+            )
+        if kind == "contest_in_chain":
+            return api.chain(question["subject"], question["predicate"])
+        if kind == "contest_flagged":
+            return api.current(question["subject"], question["predicate"])
+        if kind == "paths":
+            return api.paths(
+                question["start"],
+                question["end"],
+                predicates=question.get("predicates"),
+                hops=question.get("hops"),
+                valid_time=question.get("valid_time"),
+            )
+        return None
+    except Exception as exc:  # judged as a miss, not a crash of the item
+        return exc
+
+
+def _label(question: dict[str, Any]) -> str:
+    kind = question["q"]
+    if kind == "paths":
+        via = ",".join(question.get("predicates") or []) or f"{question.get('hops')} hops"
+        label = f"paths {question['start']} -> {question['end']} via {via}"
+    elif "subject" in question:
+        label = f"{kind} {question['subject']}.{question['predicate']}"
+    else:
+        label = f"{kind} of write {question['ref']!r}"
+    if question.get("valid_time"):
+        label += f" at {question['valid_time']}"
+    if question.get("record_ref"):
+        offset = question["record_offset_us"]
+        label += f" as known at {question['record_ref']}{f' {offset:+d}us' if offset else ''}"
+    return label
+
+
+def _contest(world: World, key: str, question: dict[str, Any]) -> str | None:
+    written = world.written.get((key, question["ref"]))
+    return written.fact_id if written else None
+
+
+def _judge(world: World, key: str, question: dict[str, Any], answer: Any) -> Verdict:
+    kind = question["q"]
+    if isinstance(answer, Verdict):
+        return answer
+    if isinstance(answer, Exception):
+        return miss(F.R0, f"the request failed: {answer!r}")
+    if kind == "outcome":
+        written = world.written.get((key, question["ref"]))
+        outcome = written.outcome if written else None
+        if outcome == question["expect"]:
+            return CORRECT
+        return miss(F.W0, f"the write's outcome: expected {question['expect']!r}, got {outcome!r}")
+    if kind == "resolves":
+        written = world.written.get((key, question["ref"]))
+        contest = _contest(world, key, {"ref": question["contest"]})
+        resolved = written.resolved if written else []
+        if contest is not None and contest in resolved:
+            return CORRECT
+        return miss(
+            F.W0, f"the correction's resolved contests: expected {contest!r} in {resolved!r}"
+        )
+    if answer.status != 200:
+        return miss(F.R0, f"expected HTTP 200, got {answer.describe()}")
+    if kind in ("current", "as_of", "as_known_at"):
+        facts = facts_api.facts_of(answer.body)
+        return judge_values(question, [facts_api.value_of(fact) for fact in facts])
+    if kind == "paths":
+        paths = [facts_api.path_shape(p) for p in facts_api.paths_of(answer.body)]
+        return judge_paths(question, paths)
+    contest = _contest(world, key, question)
+    facts = facts_api.facts_of(answer.body)
+    if kind == "contest_in_chain":
+        found = [f for f in facts if facts_api.fact_id(f) == contest]
+        if not found:
+            return miss(F.R0, f"the contested claim {contest} is not in the chain")
+        status = facts_api.field_of(found[0], "status")
+        is_open = facts_api.field_of(found[0], "superseded_at") is None
+        if status != "contested":
+            return miss(F.W0, f"the low-authority claim has status {status!r}, not 'contested'")
+        if is_open == question["open"]:
+            return CORRECT
+        if question["open"]:
+            return miss(F.R0, "the contest was closed before anything resolved it")
+        return miss(F.R3, "the contest is still open after the correction resolved it")
+    if kind == "contest_flagged":
+        if not facts:
+            return miss(F.R0, "no current fact to carry the contest")
+        flagged = [
+            contested
+            for fact in facts
+            for contested in facts_api.ids(facts_api.field_of(fact, "contested_by") or [])
+        ]
+        if (contest in flagged) == question["flagged"]:
+            return CORRECT
+        if question["flagged"]:
+            return miss(F.A0, f"the current fact does not flag its open contest {contest}")
+        return miss(F.R3, f"the current fact still flags the resolved contest {contest}")
+    raise ValueError(f"unknown question {kind!r}")
+
+
+def check(ctx: ItemContext, spec: ItemSpec, world: World) -> dict[str, Any]:
+    tally = Tally(planned=dict(spec.metrics["planned"]))
+    if spec.key in world.errors:
+        for question in spec.data["questions"]:
+            tally.record(question, _label(question), miss(F.W0, world.errors[spec.key]))
+        raise ItemFailure(F.W0, world.errors[spec.key], metrics=tally.metrics())
+    api = FactsApi(ctx.client, memo={})
+    for index, question in enumerate(spec.data["questions"]):
+        if question.get("at"):
+            answer = world.observed.get((spec.key, index))
+        else:
+            answer = _ask(api, world, spec.key, question)
+        try:
+            verdict = _judge(world, spec.key, question, answer)
+        except Exception as exc:
+            verdict = miss(spec.default_code, f"the answer could not be read: {exc!r}")
+        tally.record(question, _label(question), verdict)
+    return tally.outcome()
+
+
+suite.generated("semantic", generate=generate, prepare=prepare, check=check)
