@@ -454,6 +454,19 @@ class TestAuthority:
         ]
         assert len(applied.resolved_contests) == 1
 
+    @pytest.mark.xfail(
+        strict=True,
+        reason="settle_contests only looks at contests of the versions a claim closes: a "
+        "contest whose target was retracted is never resolved by a later stronger claim",
+    )
+    def test_a_later_claim_resolves_a_contest_whose_target_was_retracted(self, agent, alice):
+        paris = claim(agent, alice, "lives_in", "Paris", at(2020), authority=OP).fact
+        contest = claim(agent, alice, "lives_in", "Rome", at(2021), authority=AI).fact
+        fact_retract(agent=agent, fact_id=paris.pk, reason="wrong")
+        applied = claim(agent, alice, "lives_in", "Oslo", at(2020), authority=OP)
+        assert [f.pk for f in applied.resolved_contests] == [contest.pk]
+        assert list(selectors.contested_queue(agent=agent)) == []
+
     def test_a_contest_of_a_part_left_alone_follows_the_remainder(self, agent, alice):
         claim(agent, alice, "lives_in", "Paris", at(2020), authority=OP)
         claim(agent, alice, "lives_in", "Rome", at(2020, 3), at(2020, 6), authority=AI)
@@ -903,6 +916,18 @@ class TestContestResolve:
         assert {f.pk for f in applied.resolved_contests} == {rome.pk, oslo.pk}
         assert Fact.objects.get(pk=oslo.pk).superseded_by_id == applied.fact.pk
 
+    def test_accept_after_the_contested_version_was_retracted(self, agent, alice):
+        paris = claim(agent, alice, "lives_in", "Paris", at(2020), authority=OP).fact
+        contest = claim(agent, alice, "lives_in", "Rome", at(2021)).fact
+        fact_retract(agent=agent, fact_id=paris.pk, reason="wrong")
+        applied = contest_resolve(agent=agent, fact_id=contest.pk, accept=True)
+        assert (applied.outcome, applied.superseded) == ("accepted", [])
+        assert versions(agent, alice, "lives_in") == [
+            ("Paris", at(2020), None, "R1", "R3", "retracted", "asserted", OP, None, None, None),
+            ("Rome", at(2021), None, "R2", "R4", "contested", "asserted", AI, None, 2, 0),
+            ("Rome", at(2021), None, "R4", None, "active", "accepted", OP, None, None, None),
+        ]
+
     def test_only_an_open_contest_can_be_resolved(self, agent, alice):
         paris = claim(agent, alice, "lives_in", "Paris", at(2020), authority=OP).fact
         contest = claim(agent, alice, "lives_in", "Rome", at(2022)).fact
@@ -1342,6 +1367,65 @@ class TestValidation:
             }
         }
 
+    def test_a_batch_equals_the_same_claims_one_by_one(self, agent, alice):
+        bob = EntityFactory(agent=agent, name="Bob")
+        steps = [
+            ("Paris", at(2020), None),
+            ("Rome", at(2022), None),
+            ("Oslo", at(2021), None),
+            ("Paris", at(2020, 6), None),
+            ("Lima", at(2023), at(2024)),
+        ]
+        facts_assert(
+            agent=agent,
+            claims=[
+                ClaimInput(
+                    subject=alice.pk, predicate="lives_in", value=v, valid_from=f, valid_to=t
+                )
+                for v, f, t in steps
+            ],
+        )
+        outcomes = [claim(agent, bob, "lives_in", v, f, t).outcome for v, f, t in steps]
+        assert outcomes == ["created", "created", "created", "confirmed", "created"]
+        assert (
+            believed_now(agent, alice, "lives_in")
+            == believed_now(agent, bob, "lives_in")
+            == [
+                ("Paris", at(2020), at(2021)),
+                ("Oslo", at(2021), at(2022)),
+                ("Rome", at(2022), at(2023)),
+                ("Lima", at(2023), at(2024)),
+                ("Rome", at(2024), None),
+            ]
+        )
+        assert (
+            FactEvidence.objects.filter(fact__subject=alice).count()
+            == FactEvidence.objects.filter(fact__subject=bob).count()
+            == len(steps)
+        )
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="_claim_predicate keeps the first claim's definition of a new predicate and "
+        "silently ignores a later claim in the same batch declaring another cardinality",
+    )
+    def test_a_batch_declaring_a_new_predicate_two_ways_is_a_conflict(self, agent, alice):
+        before = facts_state()
+        with pytest.raises(Conflict) as caught:
+            facts_assert(
+                agent=agent,
+                claims=[
+                    ClaimInput(
+                        subject=alice.pk, predicate="speaks", value="French", cardinality="many"
+                    ),
+                    ClaimInput(
+                        subject=alice.pk, predicate="speaks", value="Dutch", cardinality="one"
+                    ),
+                ],
+            )
+        assert caught.value.code == "cardinality_conflict"
+        assert facts_state() == before
+
     def test_a_batch_applies_in_order_atomically(self, agent, alice):
         applied = facts_assert(
             agent=agent,
@@ -1533,6 +1617,29 @@ class TestIsolation:
             ("Dutch", at(2021), None),
         ]
         assert not Fact.objects.filter(agent=agent).exists()
+
+    def test_a_correction_cannot_name_another_agents_entity(self, agent, alice):
+        other = AgentFactory()
+        theirs = EntityFactory(agent=other, name="Globex")
+        fact = claim(agent, alice, "works_for", object_entity="Acme", valid_from=at(2020)).fact
+        before = facts_state()
+        for ref in (theirs.pk, "Globex"):
+            with pytest.raises(Unprocessable) as caught:
+                fact_correct(agent=agent, fact_id=fact.pk, object_entity=ref)
+            assert caught.value.code == "unknown_entity"
+        assert facts_state() == before
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="entity_alias_add does not check that the entity is the agent's: agent B can "
+        "alias agent A's entity, then write facts about it (and read its name back)",
+    )
+    def test_an_alias_cannot_name_another_agents_entity(self, agent, alice):
+        other = AgentFactory()
+        before = facts_state()
+        with pytest.raises((NotFound, Unprocessable)):
+            entity_alias_add(agent=other, entity=alice, alias="Ally")
+        assert facts_state() == before
 
     def test_an_authority_order_is_per_agent(self, agent, alice):
         other = AgentFactory()
