@@ -7,6 +7,7 @@ serializes without a query per row.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from django.utils import timezone
@@ -34,6 +35,18 @@ class AwareDateTimeField(serializers.DateTimeField):
         if timezone.is_naive(value):
             self.fail("naive")
         return super().enforce_timezone(value)
+
+
+class QueryDateTimeField(AwareDateTimeField):
+    """AwareDateTimeField for a query string, where an unencoded '+' of a UTC offset
+    arrives as a space: `valid_time=2021-01-01T00:00:00+02:00` reads as intended."""
+
+    UNENCODED_PLUS = re.compile(r"^(\S+T\d\d:\d\d(?::\d\d(?:\.\d+)?)?) (\d\d(?::?\d\d)?)$")
+
+    def to_internal_value(self, value):
+        if isinstance(value, str):
+            value = self.UNENCODED_PLUS.sub(r"\1+\2", value)
+        return super().to_internal_value(value)
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -425,11 +438,11 @@ class FactQuerySerializer(StrictSerializer):
 
 
 class FactAsOfQuerySerializer(FactQuerySerializer):
-    valid_time = AwareDateTimeField(help_text="The moment in the world asked about.")
+    valid_time = QueryDateTimeField(help_text="The moment in the world asked about.")
 
 
 class FactAsKnownAtQuerySerializer(FactAsOfQuerySerializer):
-    record_time = AwareDateTimeField(help_text="What the system believed at this moment.")
+    record_time = QueryDateTimeField(help_text="What the system believed at this moment.")
 
 
 class FactChainQuerySerializer(StrictSerializer):
@@ -449,7 +462,7 @@ class GraphPathsQuerySerializer(StrictSerializer):
         max_length=4,
         help_text="The predicate of each hop, in order (comma-separated); fixes the length.",
     )
-    valid_time = AwareDateTimeField(required=False, help_text="Default: now.")
+    valid_time = QueryDateTimeField(required=False, help_text="Default: now.")
     limit = serializers.IntegerField(min_value=1, max_value=1000, required=False, default=50)
 
 

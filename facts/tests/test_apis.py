@@ -1522,6 +1522,11 @@ class TestAsOf:
         assert as_of("2019-12-31T23:59:59Z")["facts"] == []
         assert as_of("2023-06-01T12:00:00+02:00")["valid_time"] == "2023-06-01T10:00:00Z"
 
+    def test_an_unencoded_plus_in_the_query_string_is_an_offset(self, client_a, history):
+        query = "subject=Alice&predicate=lives_in&valid_time=2021-01-01T02:00:00+02:00"
+        body = ok(client_a.get(f"/api/v1/facts/as-of?{query}"))
+        assert (body["valid_time"], [f["value"] for f in body["facts"]]) == (T2021, ["Paris"])
+
     def test_every_predicate_at_a_valid_time(self, client_a, history):
         body = ok(client_a.get("/api/v1/facts/as-of", {"subject": "Alice", "valid_time": T2020}))
         assert body["predicate"] is None
