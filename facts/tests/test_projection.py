@@ -111,6 +111,11 @@ def write_history(agent) -> None:
         ],
     )
     claim(agent, "Bob", "knows", object_entity="Carol", valid_from=at(2021))
+    # A new authority order: replaying the earlier claims under it would decide them otherwise.
+    authority_order_set(agent=agent, order=[TP, OP])
+    claim(agent, "Carol", "mood", "calm", at(2020), authority=OP)
+    claim(agent, "Carol", "mood", "tense", at(2021), authority=TP)
+    claim(agent, alice, "lives_in", "Gent", at(2018, 5), at(2018, 7), authority=TP)
     # A redefinition that flips every row's single_valued flag.
     predicate_define(agent=agent, name="age", cardinality="many")
     claim(agent, "Carol", "age", 42, at(2021))

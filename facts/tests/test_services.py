@@ -295,6 +295,19 @@ class TestLateArrivingEvidence:
         ]
         assert as_of(agent, alice, at(2021, 6)) == []
 
+    @pytest.mark.xfail(
+        strict=True,
+        reason="'until the next change' only looks at the next valid_from, not at a known "
+        "end: a late repeat of an ended value re-opens it past its end, so current is stale",
+    )
+    def test_a_late_repeat_of_an_ended_value_does_not_reopen_it(self, agent, alice):
+        paris = claim(agent, alice, "lives_in", "Paris", at(2020)).fact
+        fact_end(agent=agent, fact_id=paris.pk, valid_to=at(2022))
+        applied = claim(agent, alice, "lives_in", "Paris", at(2021))
+        assert applied.outcome == "confirmed"
+        assert believed_now(agent, alice, "lives_in") == [("Paris", at(2020), at(2022))]
+        assert current(agent, alice) == []
+
     def test_as_known_at_shows_the_belief_before_and_after_the_late_write(self, agent, alice):
         claim(agent, alice, "lives_in", "Paris", at(2020))
         claim(agent, alice, "lives_in", "Rome", at(2022))
