@@ -100,6 +100,14 @@ def as_of(agent, subject, valid_time, predicate="lives_in"):
     ]
 
 
+def nested(depth: int) -> list:
+    """A list `depth` levels deep: [[[…]]]."""
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 def the(agent, value, **filters) -> Fact:
     """The one row of the agent's facts holding `value` (and matching filters)."""
     return Fact.objects.get(agent=agent, object_value=value, **filters)
@@ -386,6 +394,25 @@ class TestReassert:
             ("Paris", at(2020), None, "R1", None, "active", "asserted", OP, None, None, None),
         ]
         assert evidence(agent, alice, "lives_in") == [(0, "R1"), (0, "R2")]
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="Claim.same_object compares with Python ==, where True == 1 and False == 0: "
+        "true after 1 is 'confirmed' and the stored value stays 1",
+    )
+    @pytest.mark.parametrize(
+        ("first", "then"),
+        [(1, True), (False, 0), ([1, 0], [True, False]), ({"on": 1}, {"on": True})],
+        ids=["int-bool", "bool-int", "in-a-list", "in-an-object"],
+    )
+    def test_a_boolean_is_not_the_same_value_as_a_number(self, agent, alice, first, then):
+        claim(agent, alice, "flag", first, at(2020))
+        applied = claim(agent, alice, "flag", then, at(2021))
+        assert applied.outcome == "created"
+        assert believed_now(agent, alice, "flag") == [
+            (first, at(2020), at(2021)),
+            (then, at(2021), None),
+        ]
 
     def test_the_same_claim_twice_in_one_batch(self, agent, alice):
         same = ClaimInput(
@@ -1213,6 +1240,25 @@ class TestValidation:
             f"value: {message}",
             {"value": [message]},
         )
+        assert facts_state() == before
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="facts services do not check that a value is storable: the ledger refuses the "
+        "event and the error names its draft ('event 2: payload: payload.value: …', details "
+        "under 'events') instead of the claim's value",
+    )
+    @pytest.mark.parametrize(
+        "value",
+        [float("nan"), float("inf"), "nul \x00 inside", nested(101)],
+        ids=["nan", "infinity", "nul", "too-deep"],
+    )
+    def test_a_value_the_ledger_cannot_store_is_blamed_on_value(self, agent, alice, value):
+        before = facts_state()
+        with pytest.raises(InvalidInput) as caught:
+            claim(agent, alice, "notes", value, at(2020))
+        assert list(caught.value.details) == ["value"]
+        assert caught.value.message.startswith("value: ")
         assert facts_state() == before
 
     @pytest.mark.parametrize(
