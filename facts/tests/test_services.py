@@ -545,6 +545,19 @@ class TestAuthority:
             ("Rome", at(2021), None),
         ]
 
+    @pytest.mark.xfail(
+        strict=True,
+        reason="re-asserting a contested claim stores another open contest each time, "
+        "instead of adding evidence to the open one (the operator's queue fills with copies)",
+    )
+    def test_repeating_a_contested_claim_adds_evidence_to_the_open_contest(self, agent, alice):
+        claim(agent, alice, "lives_in", "Paris", at(2020), authority=OP)
+        first = claim(agent, alice, "lives_in", "Rome", at(2021)).fact
+        again = claim(agent, alice, "lives_in", "Rome", at(2021)).fact
+        assert again.pk == first.pk
+        assert [f.pk for f in selectors.contested_queue(agent=agent)] == [first.pk]
+        assert FactEvidence.objects.filter(fact=first).count() == 2
+
     def test_the_agents_authority_order_changes_the_outcome(self, agent, alice):
         other = AgentFactory()
         other_alice = EntityFactory(agent=other, name="Alice")
@@ -1035,6 +1048,17 @@ class TestManyValued:
             agent=agent, subject=alice, predicate=tags, valid_time=at(2020, 3)
         )
         assert [(f.object_value, f.authority) for f in believed] == [("French", OP)]
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="fact_correct on a many-valued predicate does not merge with a believed version "
+        "of the corrected value: two overlapping believed versions of one value",
+    )
+    def test_correcting_to_a_value_already_held_does_not_duplicate_it(self, agent, alice, tags):
+        french = claim(agent, alice, tags, "French", at(2020)).fact
+        claim(agent, alice, tags, "German", at(2020))
+        fact_correct(agent=agent, fact_id=french.pk, value="German")
+        assert believed_now(agent, alice, tags) == [("German", at(2020), None)]
 
     def test_one_to_many_is_allowed(self, agent, alice):
         claim(agent, alice, "speaks", "French", at(2020))
