@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from battery.models import BatteryRun
-from battery.registry import ItemFailure, Suite, SuiteSummary
+from battery.registry import ItemFailure, ItemSpec, MetricGate, Suite, SuiteSummary
 from battery.runner import ItemContext
 from battery.services import throwaway_client_create
 from battery.taxonomy import FailureCode
@@ -37,6 +37,56 @@ def fake_suite(
             raise ItemFailure(result, f"item {index} failed on purpose")
 
         suite.item(f"item_{index}", f"Fake item {index}", default_code=FailureCode.W0)(item)
+    return suite
+
+
+def fake_generated_suite(
+    code: str,
+    *,
+    count: int = 3,
+    weight: float = 0,
+    gate: float = 1.0,
+    failing: Sequence[int] = (),
+    metric_gates: Sequence[MetricGate] = (),
+    summary: SuiteSummary | None = None,
+    prepare: Callable[[Any, Any], Any] | None = None,
+) -> Suite:
+    """A suite with one generator that draws `count` items from the seed; the
+    items numbered in `failing` fail with R1. Touches nothing unless `prepare` does."""
+    suite = Suite(
+        code=code,
+        name=f"Fake {code}",
+        description="made by a test",
+        weight=weight,
+        gate=gate,
+        metric_gates=tuple(metric_gates),
+    )
+    if summary is not None:
+        suite.summarize = lambda outcomes: summary
+    suite.prepared = []  # what each prepare call was given, for the tests to see
+
+    def generate(rng):
+        return [
+            ItemSpec(
+                key=f"gen_{i}",
+                title=f"Generated item {i}",
+                default_code=FailureCode.W0,
+                data={"i": i, "draw": rng.randrange(10**6)},
+                metrics={"planned": 1},
+            )
+            for i in range(count)
+        ]
+
+    def default_prepare(ctx, specs):
+        suite.prepared.append([spec.key for spec in specs])
+        return {"prepared_by": ctx.item}
+
+    def check(ctx, spec, state):
+        if spec.data["i"] in failing:
+            raise ItemFailure(FailureCode.R1, f"generated item {spec.data['i']} failed on purpose")
+        return {"draw": spec.data["draw"], "state": state["prepared_by"]}
+
+    suite.generated("gen", generate=generate, prepare=prepare or default_prepare, check=check)
     return suite
 
 

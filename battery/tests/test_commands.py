@@ -7,11 +7,11 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from battery.models import BatteryRun, ItemResult
-from battery.registry import SuiteSummary, registered
+from battery.registry import MetricGate, SuiteSummary, registered
 from battery.taxonomy import FailureCode
 from piper.tenancy.models import Agent
 
-from .helpers import fake_suite
+from .helpers import fake_generated_suite, fake_suite
 
 pytestmark = pytest.mark.slow  # these run the battery
 
@@ -273,3 +273,58 @@ def test_the_run_leaves_django_request_logging_as_it_found_it(db, tmp_path):
     before = logger.level
     battery("run", "--suite", "L", "--report", str(tmp_path))
     assert logger.level == before
+
+
+def test_list_counts_generated_items_and_shows_metric_gates():
+    suite = fake_generated_suite("ZL", count=7, metric_gates=[MetricGate("recall", minimum=0.99)])
+    with registered(suite):
+        lines = battery("list").splitlines()
+    index = lines.index("ZL          0   100%      7  Fake ZL")
+    assert lines[index + 1 : index + 3] == ["      made by a test", "      gate: recall >= 0.99"]
+
+
+def test_generated_items_are_stored_and_only_their_failures_printed(db, tmp_path):
+    suite = fake_generated_suite(
+        "ZG",
+        count=4,
+        weight=5,
+        gate=0.5,
+        failing=[2],
+        metric_gates=[MetricGate("recall", minimum=0.99)],
+        summary=SuiteSummary(score=75, metrics={"recall": 0.75}),
+    )
+    with registered(suite), pytest.raises(CommandError) as caught:
+        battery("run", "--suite", "ZG", "--report", str(tmp_path), "--seed", "3")
+    run = BatteryRun.objects.get()
+    assert str(caught.value) == f"battery run {run.pk} failed its gates: ZG recall >= 0.99"
+    assert caught.value.returncode == 1
+    assert list(run.items.order_by("id").values_list("item", "passed", "failure_code")) == [
+        ("gen_0", True, ""),
+        ("gen_1", True, ""),
+        ("gen_2", False, "R1"),
+        ("gen_3", True, ""),
+    ]
+    assert [(g["name"], g["kind"], g["passed"], g["detail"]) for g in run.gates] == [
+        ("ZG pass rate >= 50%", "suite", True, "3/4 items passed (75.0%)"),
+        ("ZG recall >= 0.99", "metric", False, "recall 0.75"),
+    ]
+    assert run.suite_scores["ZG"]["gate_passed"] is False
+    assert run.status == "failed"
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["failure_codes"] == {"R1": 1}
+
+
+def test_the_run_prints_a_generated_items_failure_but_not_its_passes(db, tmp_path):
+    suite = fake_generated_suite("ZG", count=3, weight=5, gate=0.5, failing=[1])
+    out = io.StringIO()
+    with registered(suite):
+        call_command(
+            "battery", "run", "--suite", "ZG", "--report", str(tmp_path), stdout=out, no_color=True
+        )
+    output = out.getvalue()
+    assert re.search(r"^  ZG\.gen_1 +FAIL R1 +[0-9.]+ ms$", output, re.MULTILINE), output
+    assert "      generated item 1 failed on purpose" in output
+    assert "ZG.gen_0" not in output and "ZG.gen_2" not in output
+    assert (
+        "ZG    Fake ZG                           5      3       2    66.7  pass (>= 50%)" in output
+    )

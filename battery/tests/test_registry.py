@@ -1,11 +1,21 @@
+import re
+
 import pytest
 
 from battery import registry
-from battery.registry import DESIGN_WEIGHTS, Suite, registered, suite_list, suites_select
+from battery.registry import (
+    DESIGN_WEIGHTS,
+    ItemSpec,
+    MetricGate,
+    Suite,
+    registered,
+    suite_list,
+    suites_select,
+)
 from battery.taxonomy import FailureCode
 from piper.errors import InvalidInput
 
-from .helpers import fake_suite
+from .helpers import fake_generated_suite, fake_suite
 
 
 def _suite(**overrides) -> Suite:
@@ -98,3 +108,57 @@ def test_suites_select_refuses_unknown_codes():
     assert caught.value.code == "unknown_suite"
     assert caught.value.details == {"suites": ["Q9"]}
     assert caught.value.message.startswith("unknown suite Q9; available: ")
+
+
+def test_generated_items_are_drawn_from_the_seed_and_keyed_by_the_generator():
+    suite = fake_generated_suite("ZG", count=4)
+    generator = suite.generators[0]
+    first = suite.specs(generator, seed=5)
+    assert [(s.key, s.title, s.default_code) for s in first] == [
+        (f"gen_{i}", f"Generated item {i}", FailureCode.W0) for i in range(4)
+    ]
+    assert suite.specs(generator, seed=5) == first
+    assert [s.data for s in suite.specs(generator, seed=6)] != [s.data for s in first]
+    assert (suite.item_count(), len(suite.items)) == (4, 0)
+
+
+def test_a_generator_needs_a_valid_unique_key():
+    suite = fake_generated_suite("ZG")
+    with pytest.raises(ValueError, match="suite ZG already has a generator 'gen'"):
+        suite.generated("gen", generate=list, prepare=print, check=print)
+    with pytest.raises(ValueError, match="generator key 'Gen'"):
+        suite.generated("Gen", generate=list, prepare=print, check=print)
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        (["ok", "Not Ok"], "generated item key 'Not Ok': lower-case letters, digits and '_'"),
+        (["twice", "twice"], "suite ZG: generated item key 'twice' is taken"),
+        (["declared"], "suite ZG: generated item key 'declared' is taken"),
+    ],
+)
+def test_generated_keys_must_be_valid_unique_and_not_clash_with_declared_items(keys, message):
+    suite = _suite(code="ZG")
+    suite.item("declared", "A declared item", default_code=FailureCode.W0)(lambda ctx: None)
+    generator = suite.generated(
+        "bad",
+        generate=lambda rng: [
+            ItemSpec(key=key, title=key, default_code=FailureCode.W0) for key in keys
+        ],
+        prepare=print,
+        check=print,
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        suite.specs(generator, seed=1)
+
+
+def test_a_metric_gate_bounds_a_metric_from_below_or_above():
+    floor = MetricGate("recall", minimum=0.99)
+    ceiling = MetricGate("stale_rate", maximum=0.005)
+    assert (floor.name, ceiling.name) == ("recall >= 0.99", "stale_rate <= 0.005")
+    assert [floor.holds(v) for v in (0.99, 1.0, 0.9899, None)] == [True, True, False, False]
+    assert [ceiling.holds(v) for v in (0.005, 0.0, 0.0051, None)] == [True, True, False, False]
+    for bounds in ({}, {"minimum": 0.1, "maximum": 0.2}):
+        with pytest.raises(ValueError, match="metric gate x: give a minimum or a maximum"):
+            MetricGate("x", **bounds)

@@ -2,10 +2,12 @@ import pytest
 from django.db import connection
 
 from battery.registry import Item, ItemFailure, expect, expect_equal
-from battery.runner import ItemContext, item_execute
+from battery.runner import ItemContext, item_execute, suite_execute
 from battery.taxonomy import FailureCode
 from piper.tenancy.models import Agent
 from piper.tenancy.services import agent_create
+
+from .helpers import fake_generated_suite
 
 
 def _context(*, seed: int = 5, item: str = "x") -> ItemContext:
@@ -103,4 +105,61 @@ def test_inside_a_transaction_a_failed_item_is_rolled_back_and_a_passed_one_kept
     # The database error did not abort the enclosing transaction.
     assert list(Agent.objects.filter(name__contains="-item").values_list("name", flat=True)) == [
         "kept-by-passing-item"
+    ]
+
+
+def _execute(suite, *, seed=5):
+    return list(suite_execute(suite=suite, seed=seed, run_id=None, client=None, new_client=None))
+
+
+def test_a_suite_runs_its_declared_items_then_its_generated_ones():
+    suite = fake_generated_suite("ZG", count=3, failing=[1])
+    suite.item("declared", "A declared item", default_code=FailureCode.W0)(lambda ctx: {"d": 1})
+    outcomes = _execute(suite)
+    draws = [spec.data["draw"] for spec in suite.specs(suite.generators[0], seed=5)]
+    assert [(o.item, o.passed, o.failure_code, o.generator, o.metrics) for o in outcomes] == [
+        ("declared", True, "", "", {"d": 1}),
+        ("gen_0", True, "", "gen", {"planned": 1, "draw": draws[0], "state": "gen"}),
+        ("gen_1", False, "R1", "gen", {"planned": 1}),
+        ("gen_2", True, "", "gen", {"planned": 1, "draw": draws[2], "state": "gen"}),
+    ]
+    assert outcomes[2].detail == "generated item 1 failed on purpose"
+    assert outcomes[2].title == "Generated item 1"
+    assert suite.prepared == [["gen_0", "gen_1", "gen_2"]]  # once, with every item
+
+
+def test_when_the_world_cannot_be_prepared_every_generated_item_fails_with_its_code():
+    def refuses(ctx, specs):
+        raise ItemFailure(FailureCode.W0, "POST /facts answered 400")
+
+    outcomes = _execute(fake_generated_suite("ZG", count=2, prepare=refuses))
+    assert [(o.item, o.passed, o.failure_code, o.detail, o.metrics) for o in outcomes] == [
+        (f"gen_{i}", False, "W0", "world setup failed: POST /facts answered 400", {"planned": 1})
+        for i in range(2)
+    ]
+
+
+def test_a_crash_while_preparing_fails_every_item_under_the_setup_code():
+    def crashes(ctx, specs):
+        return 1 / 0
+
+    outcomes = _execute(fake_generated_suite("ZG", count=2, prepare=crashes))
+    assert {(o.passed, o.failure_code) for o in outcomes} == {(False, "W0")}
+    assert outcomes[0].detail.startswith("world setup failed: Traceback (most recent call last):")
+    assert outcomes[0].detail.endswith("ZeroDivisionError: division by zero")
+
+
+def test_inside_a_transaction_a_failed_prepare_is_rolled_back_and_a_good_one_kept(db):
+    def good(ctx, specs):
+        agent_create(name="kept-by-good-prepare")
+        return {"prepared_by": ctx.item}
+
+    def bad(ctx, specs):
+        agent_create(name="dropped-by-bad-prepare")
+        raise ItemFailure(FailureCode.W0, "no")
+
+    assert all(o.passed for o in _execute(fake_generated_suite("ZG", prepare=good)))
+    assert not any(o.passed for o in _execute(fake_generated_suite("ZH", prepare=bad)))
+    assert list(Agent.objects.filter(name__contains="-prepare").values_list("name", flat=True)) == [
+        "kept-by-good-prepare"
     ]

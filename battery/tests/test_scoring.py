@@ -1,6 +1,8 @@
+import dataclasses
+
 import pytest
 
-from battery.registry import ItemOutcome, SuiteSummary, pass_rate
+from battery.registry import ItemOutcome, MetricGate, SuiteSummary, pass_rate
 from battery.scoring import CAPS, Gate, SuiteResult, score_run, suite_result, weighted_total
 
 from .helpers import fake_suite
@@ -208,3 +210,47 @@ def test_the_caps_are_the_ones_design_section_9_names():
             ),
         ),
     ]
+
+
+GATES = (MetricGate("recall", minimum=0.99), MetricGate("stale_rate", maximum=0.005))
+
+
+def test_a_suite_result_carries_its_suites_metric_gates():
+    suite = fake_suite(
+        "ZS",
+        weight=5,
+        gate=0.5,
+        summary=SuiteSummary(score=90, metrics={"recall": 0.99, "stale_rate": 0.0}),
+    )
+    suite.metric_gates = GATES
+    result = suite_result(suite=suite, outcomes=[_outcome(True)])
+    assert result.metric_gates == GATES
+    assert (result.pass_rate_held, result.gate_passed) == (True, True)
+
+
+@pytest.mark.parametrize(
+    ("metrics", "passed", "details"),
+    [
+        ({"recall": 0.99, "stale_rate": 0.005}, [True, True], ["recall 0.99", "stale_rate 0.005"]),
+        ({"recall": 0.9899, "stale_rate": 0.0}, [False, True], ["recall 0.9899", "stale_rate 0"]),
+        ({"recall": 1.0, "stale_rate": 0.0051}, [True, False], ["recall 1", "stale_rate 0.0051"]),
+        ({"stale_rate": 0.0}, [False, True], ["not reported", "stale_rate 0"]),
+    ],
+)
+def test_metric_gates_are_gates_of_the_run(metrics, passed, details):
+    result = dataclasses.replace(
+        _result("ZS", weight=5, score=100, metrics=metrics), metric_gates=GATES
+    )
+    card = score_run([result])
+    assert card.gates == [
+        Gate(
+            name="ZS pass rate >= 100%",
+            kind="suite",
+            passed=True,
+            detail="4/4 items passed (100.0%)",
+        ),
+        Gate(name="ZS recall >= 0.99", kind="metric", passed=passed[0], detail=details[0]),
+        Gate(name="ZS stale_rate <= 0.005", kind="metric", passed=passed[1], detail=details[1]),
+    ]
+    assert card.passed is result.gate_passed is all(passed)
+    assert card.total == 100.0  # a metric gate fails the run; it does not cap the score

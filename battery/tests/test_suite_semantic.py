@@ -1,0 +1,732 @@
+"""Suite C: the draw is deterministic and covers what it claims, the grading
+counts exactly, the gates sit where DESIGN and the issue put them, and every
+kind of item, pointed at a service with one fault, fails with the right code."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import random
+import re
+from collections import Counter
+from datetime import UTC, datetime
+from difflib import SequenceMatcher
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from battery.models import BatteryRun
+from battery.registry import ItemFailure, ItemOutcome, Suite, suites_select
+from battery.runner import suite_execute
+from battery.scoring import score_run, suite_result
+from battery.services import throwaway_client_create
+from battery.suites import semantic
+from battery.suites.semantic import draw
+from battery.suites.semantic.draw import value_key
+from battery.suites.semantic.judge import Tally, judge_paths, judge_values, miss, summarize
+from battery.taxonomy import FailureCode as F
+from battery.transport import InProcessTransport
+
+KINDS = ("c1", "c2", "c3", "c4", "c5")
+NONE = dict.fromkeys(KINDS, 0)
+
+
+def specs_for(seed: int, **counts: int):
+    suite = suites_select(codes=["C"])[0]
+    if counts:
+        return draw.generate(random.Random(f"{seed}:C:semantic:generate"), {**NONE, **counts})
+    return suite.specs(suite.generators[0], seed=seed)
+
+
+def claims(spec) -> list[dict]:
+    return [w["claim"] for w in spec.data["writes"] if w["op"] == "assert"]
+
+
+# ----------------------------------------------------------------------------- the draw
+
+
+def test_suite_C_is_registered_with_its_design_weight_and_gates():
+    suite = suites_select(codes=["C"])[0]
+    assert (suite.name, suite.weight, suite.gate) == ("Semantic and temporal memory", 20, 0.99)
+    assert [gate.name for gate in suite.metric_gates] == [
+        "current_value_accuracy >= 0.99",
+        "as_of_accuracy >= 0.99",
+        "authority_temporal_resolution_accuracy >= 0.99",
+        "bitemporal_accuracy >= 0.99",
+        "multihop_accuracy >= 0.99",
+        "stale_value_rate <= 0.005",
+    ]
+    assert (suite.items, [g.key for g in suite.generators]) == ([], ["semantic"])
+    assert suite.item_count(seed=0) == 540
+
+
+def test_the_same_seed_draws_the_same_items_and_another_seed_others():
+    first = specs_for(21)
+    assert specs_for(21) == first
+    other = specs_for(22)
+    assert [s.key for s in other] == [s.key for s in first]
+    assert [s.data for s in other] != [s.data for s in first]
+
+
+@pytest.mark.parametrize("seed", [0, 21])
+def test_a_run_draws_540_items_of_all_five_kinds(seed):
+    specs = specs_for(seed)
+    assert len(specs) == 540
+    assert Counter(s.metrics["kind"] for s in specs) == {
+        "C1": 200,
+        "C2": 120,
+        "C3": 80,
+        "C4": 80,
+        "C5": 60,
+    }
+    assert [s.key for s in specs[:2]] == ["c1_0001", "c1_0002"]
+    assert len({s.key for s in specs}) == 540
+    planned = Counter()
+    for spec in specs:
+        assert spec.metrics["planned"] == Counter(q["metric"] for q in spec.data["questions"])
+        planned.update(spec.metrics["planned"])
+    ended = sum("ended" in s.title for s in specs if s.metrics["kind"] == "C5")
+    assert 0 < ended < 60
+    assert planned == {
+        "current_value": 200 + 120 + 80,  # C1, C2, C4
+        "as_of": 120 * 4 + 80 * 2,  # C2, C4
+        "authority_temporal_resolution": 80 * 10,  # C3
+        "bitemporal": 80 * 3,  # C4
+        "multihop": 3 * (60 - ended) + 4 * ended,  # C5
+    }
+    # What it writes and asks survives JSON, value for value.
+    for spec in specs:
+        assert json.loads(json.dumps(spec.data)) == spec.data
+
+
+def test_names_are_look_alikes_but_never_the_same_name_in_another_case():
+    spellings: dict[str, set[str]] = {}
+    for spec in specs_for(3):
+        for claim in claims(spec):
+            for name in (claim["subject"], claim.get("object_entity")):
+                if name:
+                    spellings.setdefault(name.lower(), set()).add(name)
+    assert all(len(names) == 1 for names in spellings.values())
+    subjects = sorted({c["subject"] for s in specs_for(3, c1=200) for c in claims(s)})
+    # Nearly every C1 subject has a look-alike (the last cluster may be cut short).
+    alike = [
+        name
+        for name in subjects
+        if any(
+            SequenceMatcher(None, name, other).ratio() >= 0.8 for other in subjects if other != name
+        )
+    ]
+    assert len(alike) >= len(subjects) - 2
+    assert len({name.split()[0] for name in subjects}) > 10
+
+
+def test_c1_states_each_fact_once_and_asks_for_it_in_any_case():
+    specs = specs_for(5, c1=200)
+    predicates = Counter(claims(s)[0]["predicate"] for s in specs)
+    assert len(predicates) > 12
+    asked = Counter()
+    for spec in specs:
+        (write,) = spec.data["writes"]
+        (question,) = spec.data["questions"]
+        assert (write["round"], question["q"], question["metric"]) == (
+            1,
+            "current",
+            "current_value",
+        )
+        assert question["subject"].lower() == write["claim"]["subject"].lower()
+        assert question["expect"] == {"value": write["claim"]["value"]}
+        asked[question["subject"] == write["claim"]["subject"]] += 1
+    assert asked[True] > 0 and asked[False] > 0
+
+
+def test_c2_chains_have_2_to_6_versions_in_valid_time_order_from_one_source():
+    specs = specs_for(5, c2=120)
+    lengths = Counter()
+    for spec in specs:
+        chain = claims(spec)
+        lengths[len(chain)] += 1
+        starts = [c["valid_from"] for c in chain]
+        assert starts == sorted(starts) and len(set(starts)) == len(starts)
+        assert len({value_key(c["value"]) for c in chain}) == len(chain)
+        assert len({c["authority"] for c in chain}) == 1
+        assert [w["round"] for w in spec.data["writes"]] == list(range(1, len(chain) + 1))
+        current, *as_ofs = spec.data["questions"]
+        assert current["expect"] == {"value": chain[-1]["value"]}
+        assert current["stale"] == [c["value"] for c in chain[:-1]]
+        assert [q["q"] for q in as_ofs] == ["as_of"] * 4
+        assert as_ofs[-1]["expect"] is None  # before the first version: nothing
+    assert sorted(lengths) == [2, 3, 4, 5, 6]
+
+
+def test_c3_puts_a_weaker_claim_against_a_stronger_then_a_correction_at_least_as_strong():
+    rank = {authority: index for index, authority in enumerate(draw.RANKED)}
+    variants = Counter()
+    for spec in specs_for(5, c3=80):
+        high, low, fix = spec.data["writes"]
+        assert [w["round"] for w in (high, low, fix)] == [1, 2, 3]
+        fix_authority = (fix.get("claim") or fix.get("body"))["authority"]
+        assert rank[low["claim"]["authority"]] > rank[high["claim"]["authority"]]
+        assert rank[fix_authority] <= rank[high["claim"]["authority"]]
+        assert low["claim"]["valid_from"] > high["claim"]["valid_from"]
+        variants[fix["op"]] += 1
+        questions = spec.data["questions"]
+        assert [q.get("at") for q in questions] == [2] * 5 + [None] * 5
+        assert {q["metric"] for q in questions} == {"authority_temporal_resolution"}
+        assert questions[1]["expect"] == {"value": high["claim"]["value"]}
+    assert sorted(variants) == ["assert", "correct"]
+
+
+def test_c4_tells_values_out_of_order_one_arrival_per_round():
+    for spec in specs_for(5, c4=80):
+        arrivals = claims(spec)
+        starts = [c["valid_from"] for c in arrivals]
+        assert starts != sorted(starts)
+        assert 3 <= len(arrivals) <= 5
+        assert [w["round"] for w in spec.data["writes"]] == list(range(1, len(arrivals) + 1))
+        known = [q for q in spec.data["questions"] if q["q"] == "as_known_at"]
+        assert [q["record_offset_us"] for q in known][:2] == [-1, 0]
+        assert known[0]["record_ref"] == known[1]["record_ref"]  # just before, and at, one arrival
+        assert known[0]["expect"] != known[1]["expect"]
+
+
+def test_the_reference_model_of_late_evidence():
+    t = [datetime(2010 + i, 1, 1, tzinfo=UTC) for i in range(4)]
+    arrivals = [(t[2], "c"), (t[0], "a"), (t[1], "b")]  # told c, then a, then b
+    belief = draw._belief
+    assert [belief(arrivals, upto, t[1]) for upto in (1, 2, 3)] == [None, "a", "b"]
+    assert [belief(arrivals, upto, t[3]) for upto in (1, 2, 3)] == ["c", "c", "c"]
+
+
+def test_c5_draws_2_to_4_hop_chains_intact_and_ended_three_ways():
+    hops, variants = Counter(), Counter()
+    for spec in specs_for(5, c5=60):
+        chain = [w for w in spec.data["writes"] if w["ref"].startswith("hop")]
+        hops[len(chain)] += 1
+        for a, b in zip(chain, chain[1:], strict=False):
+            assert a["claim"]["object_entity"] == b["claim"]["subject"]
+        variant = spec.title.rsplit("(", 1)[1].rstrip(")") if "ended" in spec.title else None
+        variants[variant] += 1
+        questions = spec.data["questions"]
+        assert len(questions) == (3 if variant is None else 4)
+        assert questions[0]["expect"][0]["nodes"][0] == chain[0]["claim"]["subject"]
+    assert sorted(hops) == [2, 3, 4]
+    assert set(variants) == {None, "end", "supersede", "valid_to"}
+
+
+# ----------------------------------------------------------------------------- grading
+
+
+def value_question(expect, *, nothing=False, stale=(), forbidden=(), confusable=()):
+    return {
+        "q": "current",
+        "metric": "current_value",
+        "expect": None if nothing else {"value": expect},
+        "stale": list(stale),
+        "forbidden": list(forbidden),
+        "confusable": list(confusable),
+    }
+
+
+@pytest.mark.parametrize(
+    ("question", "got", "verdict"),
+    [
+        (value_question("b", stale=["a"]), ["b"], (True, "", False, "")),
+        (value_question(100.0), [100], (True, "", False, "")),
+        (
+            value_question("b", stale=["a"]),
+            ["a"],
+            (False, "R1", True, 'expected ["b"], got ["a"] (a superseded or outdated value)'),
+        ),
+        (
+            value_question("b", stale=["a"]),
+            ["b", "a"],
+            (False, "R1", True, 'expected ["b"], got ["b", "a"] (a superseded or outdated value)'),
+        ),
+        (
+            value_question("b", forbidden=["z"]),
+            ["z"],
+            (False, "R3", False, 'expected ["b"], got ["z"] (a value not in force at that time)'),
+        ),
+        (
+            value_question(None, nothing=True, forbidden=["z"]),
+            ["z"],
+            (False, "R3", False, 'expected nothing, got ["z"] (a value not in force at that time)'),
+        ),
+        (value_question("b"), [], (False, "R0", False, 'expected ["b"], got []')),
+        (value_question(1), [True], (False, "R1", False, "expected [1], got [true]")),
+        (
+            value_question("Porto", confusable=["Portland"]),
+            ["Portland"],
+            (False, "R1", False, 'expected ["Porto"], got ["Portland"] (a look-alike\'s value)'),
+        ),
+        (
+            value_question("b"),
+            ["b", "x"],
+            (False, "R3", False, 'expected ["b"], got ["b", "x"] (more than the one value)'),
+        ),
+    ],
+)
+def test_value_answers_are_classified_in_order(question, got, verdict):
+    result = judge_values(question, got)
+    assert (result.ok, result.code, result.stale, result.detail) == verdict
+
+
+def path(*parts):
+    return {"nodes": list(parts[::2]), "predicates": list(parts[1::2])}
+
+
+@pytest.mark.parametrize(
+    ("expect", "forbidden", "got", "verdict"),
+    [
+        ([path("A", "p", "B")], [], [path("a", "p", "b")], (True, "")),
+        ([], [path("A", "p", "B")], [], (True, "")),
+        ([path("A", "p", "B")], [], [], (False, "R0", "expected A -p-> B, got no path")),
+        (
+            [],
+            [path("A", "p", "B")],
+            [path("A", "p", "B")],
+            (
+                False,
+                "R3",
+                "expected no path, got A -p-> B (through a relation not valid at that time)",
+            ),
+        ),
+        (
+            [path("A", "p", "B")],
+            [],
+            [path("A", "q", "B")],
+            (False, "R1", "expected A -p-> B, got A -q-> B"),
+        ),
+        (
+            [path("A", "p", "B")],
+            [],
+            [path("A", "p", "B"), path("A", "q", "B")],
+            (False, "R3", "expected A -p-> B, got A -p-> B; A -q-> B (paths that are not there)"),
+        ),
+    ],
+)
+def test_path_answers_are_classified(expect, forbidden, got, verdict):
+    result = judge_paths({"expect": expect, "forbidden": forbidden}, got)
+    assert (result.ok, result.code, result.detail)[: len(verdict)] == verdict
+
+
+def test_an_item_fails_with_its_first_miss_and_keeps_every_count():
+    tally = Tally(planned={"as_of": 3, "current_value": 1})
+    tally.record({"metric": "current_value"}, "current X.p", judge_values(value_question(1), [1]))
+    tally.record({"metric": "as_of"}, "as_of X.p at T1", miss(F.R1, "stale", stale=True))
+    tally.record({"metric": "as_of"}, "as_of X.p at T2", judge_values(value_question(2), [2]))
+    tally.record({"metric": "as_of"}, "as_of X.p at T3", miss(F.R0, "gone"))
+    with pytest.raises(ItemFailure) as caught:
+        tally.outcome()
+    assert (caught.value.code, caught.value.detail) == (
+        F.R1,
+        "as_of X.p at T1: stale (and 1 more: R0)",
+    )
+    assert caught.value.metrics == {
+        "correct": {"as_of": 1, "current_value": 1},
+        "stale": 1,
+        "misses": [
+            {"q": "as_of X.p at T1", "code": "R1", "stale": True},
+            {"q": "as_of X.p at T3", "code": "R0", "stale": False},
+        ],
+    }
+    passing = Tally(planned={"multihop": 1})
+    passing.record({"metric": "multihop"}, "paths", judge_paths({"expect": []}, []))
+    assert passing.outcome() == {"correct": {"multihop": 1}, "stale": 0}
+
+
+def outcome(passed: bool, planned: dict, correct: dict | None = None, stale: int = 0):
+    metrics = {"kind": "CX", "planned": planned}
+    if correct is not None:
+        metrics.update(correct=correct, stale=stale)
+    return ItemOutcome(
+        suite="C",
+        item=f"i{len(planned)}",
+        title="t",
+        passed=passed,
+        failure_code="" if passed else "R1",
+        detail="",
+        metrics=metrics,
+        duration_ms=1.0,
+        generator="semantic",
+    )
+
+
+def test_the_summary_counts_answers_and_an_item_that_crashed_counts_all_it_planned():
+    summary = summarize(
+        [
+            outcome(False, {"current_value": 1, "as_of": 4}, {"current_value": 1, "as_of": 3}, 1),
+            outcome(
+                True, {"authority_temporal_resolution": 10}, {"authority_temporal_resolution": 10}
+            ),
+            outcome(False, {"current_value": 1, "as_of": 2, "bitemporal": 3}),  # crashed
+            outcome(True, {"multihop": 4}, {"multihop": 4}),
+        ]
+    )
+    assert summary.score == 50.0
+    assert summary.metrics == {
+        "current_value_accuracy": 0.5,
+        "as_of_accuracy": 0.5,
+        "authority_temporal_resolution_accuracy": 1.0,
+        "bitemporal_accuracy": 0.0,
+        "multihop_accuracy": 1.0,
+        "stale_value_rate": 1 / 25,
+        "current_fact_accuracy": 0.5,
+    }
+
+
+def c_result(*, correct: int = 198, current: int = 198, stale: int = 5):
+    """Suite C's result over 200 answers per metric (1,000 in all)."""
+    outcomes = [
+        outcome(
+            True,
+            {metric: 200},
+            {metric: current if metric == "current_value" else correct},
+            stale if metric == "multihop" else 0,
+        )
+        for metric in draw.METRICS
+    ]
+    return suite_result(suite=suites_select(codes=["C"])[0], outcomes=outcomes)
+
+
+def test_the_gates_hold_at_99_percent_and_half_a_percent_stale_exactly():
+    card = score_run([c_result()])
+    assert [(g.name, g.kind, g.passed, g.detail) for g in card.gates] == [
+        ("C pass rate >= 99%", "suite", True, "5/5 items passed (100.0%)"),
+        ("C current_value_accuracy >= 0.99", "metric", True, "current_value_accuracy 0.99"),
+        ("C as_of_accuracy >= 0.99", "metric", True, "as_of_accuracy 0.99"),
+        (
+            "C authority_temporal_resolution_accuracy >= 0.99",
+            "metric",
+            True,
+            "authority_temporal_resolution_accuracy 0.99",
+        ),
+        ("C bitemporal_accuracy >= 0.99", "metric", True, "bitemporal_accuracy 0.99"),
+        ("C multihop_accuracy >= 0.99", "metric", True, "multihop_accuracy 0.99"),
+        ("C stale_value_rate <= 0.005", "metric", True, "stale_value_rate 0.005"),
+        (
+            "cap 70: current_fact_accuracy, procedure_execution, handover_retention >= 0.6",
+            "cap",
+            True,
+            "current_fact_accuracy 0.99 (not reported: procedure_execution, handover_retention)",
+        ),
+        (
+            "cap 85: current_fact_accuracy, as_of_accuracy, cancelled_intention_suppression, "
+            "negative_transfer_safety >= 0.8",
+            "cap",
+            True,
+            "current_fact_accuracy 0.99; as_of_accuracy 0.99 "
+            "(not reported: cancelled_intention_suppression, negative_transfer_safety)",
+        ),
+    ]
+    assert card.passed is True
+
+
+def test_one_answer_fewer_or_one_stale_answer_more_fails_the_run():
+    card = score_run([c_result(current=197, stale=6)])
+    failed = [(g.name, g.detail) for g in card.gates if not g.passed]
+    assert failed == [
+        ("C current_value_accuracy >= 0.99", "current_value_accuracy 0.985"),
+        ("C stale_value_rate <= 0.005", "stale_value_rate 0.006"),
+    ]
+    assert card.passed is False
+
+
+# ------------------------------------------------------------- against the real service
+
+
+def run_small(transport, *, seed: int = 11, **counts: int) -> tuple[list, list]:
+    """Suite C's items for `counts`, through suite_execute against `transport`."""
+    suite = Suite(code="ZC", name="Suite C, small", description="test", weight=0)
+    suite.generated(
+        "semantic",
+        generate=lambda rng: draw.generate(rng, {**NONE, **counts}),
+        prepare=semantic.prepare,
+        check=semantic.check,
+    )
+    run = BatteryRun.objects.create(seed=seed, suites=["ZC"], target=transport.target)
+    client = throwaway_client_create(run=run, transport=transport, number=1)
+    specs = suite.specs(suite.generators[0], seed=seed)
+    outcomes = list(
+        suite_execute(suite=suite, seed=seed, run_id=run.pk, client=client, new_client=None)
+    )
+    return specs, outcomes
+
+
+def shown(value) -> str:
+    return json.dumps([value], ensure_ascii=False)
+
+
+def by_kind(outcomes, kind: str) -> list[ItemOutcome]:
+    return [o for o in outcomes if o.metrics["kind"] == kind]
+
+
+class Faulty:
+    """The real service with one fault, as the battery would see it."""
+
+    def __init__(self, inner):
+        self.inner, self.target = inner, inner.target
+
+    def request(self, method, path, *, body=None, headers=None):
+        return self.inner.request(method, path, body=body, headers=headers)
+
+    def close(self):
+        self.inner.close()
+
+
+def _chain_for(transport, path, headers):
+    chain_path = path.replace("/api/v1/facts/current?", "/api/v1/facts/chain?")
+    return transport.inner.request("GET", chain_path, headers=headers)
+
+
+class StaleCurrent(Faulty):
+    """current answers with the first version ever recorded: a stale cache."""
+
+    def request(self, method, path, *, body=None, headers=None):
+        if method == "GET" and path.startswith("/api/v1/facts/current?"):
+            chain = _chain_for(self, path, headers)
+            return dataclasses.replace(chain, body={**chain.body, "facts": chain.body["facts"][:1]})
+        return super().request(method, path, body=body, headers=headers)
+
+
+class LatestClaimWins(Faulty):
+    """current answers with the latest claim still open, whatever its authority."""
+
+    def request(self, method, path, *, body=None, headers=None):
+        if method == "GET" and path.startswith("/api/v1/facts/current?"):
+            chain = _chain_for(self, path, headers)
+            open_ = [f for f in chain.body["facts"] if f["memory_status"]["superseded_at"] is None]
+            return dataclasses.replace(chain, body={**chain.body, "facts": open_[-1:]})
+        return super().request(method, path, body=body, headers=headers)
+
+
+class HidesContests(Faulty):
+    """current answers without the open contests in memory_status."""
+
+    def request(self, method, path, *, body=None, headers=None):
+        response = super().request(method, path, body=body, headers=headers)
+        if method == "GET" and path.startswith("/api/v1/facts/current?"):
+            facts = [
+                {**f, "memory_status": {**f["memory_status"], "contested_by": []}}
+                for f in response.body["facts"]
+            ]
+            return dataclasses.replace(response, body={**response.body, "facts": facts})
+        return response
+
+
+class AuthorityBlindWrites(Faulty):
+    """Writes lose their provenance on the way in: every claim is of equal authority."""
+
+    def request(self, method, path, *, body=None, headers=None):
+        if method == "POST" and isinstance(body, dict):
+            strip = lambda c: {k: v for k, v in c.items() if k not in ("authority", "source_type")}  # noqa: E731
+            body = {"facts": [strip(c) for c in body["facts"]]} if "facts" in body else strip(body)
+        return super().request(method, path, body=body, headers=headers)
+
+
+def _with_query(path: str, **changes) -> str:
+    parts = urlsplit(path)
+    query = dict(parse_qsl(parts.query))
+    query.update({k: v for k, v in changes.items() if v is not None})
+    for k in [k for k, v in changes.items() if v is None]:
+        query.pop(k, None)
+    return f"{parts.path}?{urlencode(query)}"
+
+
+class ForgetsRecordTime(Faulty):
+    """as_known_at answers with what is believed now, not what was believed then."""
+
+    def request(self, method, path, *, body=None, headers=None):
+        if path.startswith("/api/v1/facts/as-known-at?"):
+            path = _with_query(path, record_time=datetime.now(UTC).isoformat())
+        return super().request(method, path, body=body, headers=headers)
+
+
+class PathsAlwaysNow(Faulty):
+    """Path queries ignore valid_time: relations as they are now."""
+
+    def request(self, method, path, *, body=None, headers=None):
+        if path.startswith("/api/v1/graph/paths?"):
+            path = _with_query(path, valid_time=None)
+        return super().request(method, path, body=body, headers=headers)
+
+
+@pytest.mark.django_db(transaction=True)  # C4 needs each round committed: its own record time
+def test_every_kind_passes_against_the_real_service():
+    specs, outcomes = run_small(InProcessTransport(), c1=6, c2=6, c3=6, c4=6, c5=8)
+    assert [(o.item, o.passed, o.failure_code, o.detail) for o in outcomes] == [
+        (s.key, True, "", "") for s in specs
+    ]
+    assert summarize(outcomes).metrics == {
+        "current_value_accuracy": 1.0,
+        "as_of_accuracy": 1.0,
+        "authority_temporal_resolution_accuracy": 1.0,
+        "bitemporal_accuracy": 1.0,
+        "multihop_accuracy": 1.0,
+        "stale_value_rate": 0.0,
+        "current_fact_accuracy": 1.0,
+    }
+
+
+def test_a_stale_current_value_is_R1_and_counted_stale(db):
+    specs, outcomes = run_small(StaleCurrent(InProcessTransport()), c1=4, c2=6)
+    assert [o.passed for o in by_kind(outcomes, "C1")] == [True] * 4  # one version: not stale
+    expected = []
+    for spec in specs[4:]:
+        chain = claims(spec)
+        first, last = (shown(c["value"]) for c in (chain[0], chain[-1]))
+        expected.append(
+            (
+                False,
+                "R1",
+                f"current {chain[0]['subject']}.{chain[0]['predicate']}: expected {last}, "
+                f"got {first} (a superseded or outdated value)",
+            )
+        )
+    assert [(o.passed, o.failure_code, o.detail) for o in by_kind(outcomes, "C2")] == expected
+    metrics = summarize(outcomes).metrics
+    assert (metrics["current_value_accuracy"], metrics["as_of_accuracy"]) == (0.4, 1.0)
+    assert metrics["stale_value_rate"] == 6 / (4 + 6 * 5)
+
+
+def test_a_service_that_lets_the_latest_claim_win_shows_the_contested_value_R3(db):
+    specs, outcomes = run_small(LatestClaimWins(InProcessTransport()), c3=6)
+    expected = []
+    for spec in specs:
+        high, low, _ = spec.data["writes"]
+        expected.append(
+            (
+                "R3",
+                f"current {high['claim']['subject']}.{high['claim']['predicate']}: expected "
+                f"{shown(high['claim']['value'])}, got {shown(low['claim']['value'])} "
+                "(a value not in force at that time)",
+            )
+        )
+    assert [(o.failure_code, o.detail.split(" (and ")[0]) for o in outcomes] == expected
+    assert summarize(outcomes).metrics["authority_temporal_resolution_accuracy"] < 0.99
+
+
+def test_a_service_that_ignores_authority_on_write_is_W0(db):
+    specs, outcomes = run_small(AuthorityBlindWrites(InProcessTransport()), c3=6)
+    assert {o.failure_code for o in outcomes} == {"W0"}
+    for spec, result in zip(specs, outcomes, strict=True):
+        if spec.data["writes"][2]["op"] == "correct":  # the high value it corrects is gone
+            assert result.detail.startswith("POST /facts/")
+            assert "/correct refused: HTTP 409 " in result.detail
+        else:
+            assert result.detail.startswith(
+                "outcome of write 'low': the write's outcome: expected 'contested', got 'created'"
+            )
+
+
+def test_a_current_answer_that_hides_its_open_contest_is_A0(db):
+    specs, outcomes = run_small(HidesContests(InProcessTransport()), c3=4)
+    for spec, result in zip(specs, outcomes, strict=True):
+        subject, predicate = (spec.data["writes"][0]["claim"][k] for k in ("subject", "predicate"))
+        assert result.failure_code == "A0"
+        assert re.fullmatch(
+            rf"contest_flagged {re.escape(subject)}\.{predicate}: the current fact does not flag "
+            r"its open contest [0-9a-f-]{36}",
+            result.detail,
+        ), result.detail
+        assert result.metrics["correct"] == {"authority_temporal_resolution": 9}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_as_known_at_that_answers_with_todays_belief_is_R3():
+    _, outcomes = run_small(ForgetsRecordTime(InProcessTransport()), c4=6)
+    assert {(o.failure_code, o.detail.split(": expected")[0].split(" ")[0]) for o in outcomes} == {
+        ("R3", "as_known_at")
+    }
+    assert all("(a value not in force at that time)" in o.detail for o in outcomes)
+    metrics = summarize(outcomes).metrics
+    assert (metrics["current_value_accuracy"], metrics["as_of_accuracy"]) == (1.0, 1.0)
+    assert metrics["bitemporal_accuracy"] < 0.99
+
+
+def test_paths_that_ignore_valid_time_are_found_through_ended_relations(db):
+    specs, outcomes = run_small(PathsAlwaysNow(InProcessTransport()), c5=8)
+    for spec, result in zip(specs, outcomes, strict=True):
+        if "ended" in spec.title:  # the old path at a past time is gone: not found
+            assert (result.failure_code, "expected " in result.detail) == ("R0", True)
+        else:  # the chain before it was complete: found anyway
+            assert result.failure_code == "R3"
+            assert result.detail.endswith("(through a relation not valid at that time)")
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def battery(*args: str) -> str:
+    out = io.StringIO()
+    call_command("battery", *args, stdout=out, no_color=True)
+    return out.getvalue()
+
+
+SMALL = {"c1": 5, "c2": 5, "c3": 5, "c4": 5, "c5": 6}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
+    monkeypatch.setattr(draw, "COUNTS", SMALL)
+    battery("run", "--report", str(tmp_path), "--seed", "8")
+    run = BatteryRun.objects.get()
+    assert (run.status, run.suites, run.score) == ("passed", ["C", "L"], 100.0)
+    assert {code: s["items"] for code, s in run.suite_scores.items()} == {"C": 26, "L": 5}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_battery_run_suite_C_exits_non_zero_when_a_gate_fails(monkeypatch, tmp_path):
+    monkeypatch.setattr(draw, "COUNTS", SMALL)
+    monkeypatch.setattr(
+        "battery.services.transport_open", lambda base_url: StaleCurrent(InProcessTransport())
+    )
+    with pytest.raises(CommandError) as caught:
+        battery("run", "--suite", "C", "--report", str(tmp_path), "--seed", "8")
+    run = BatteryRun.objects.get()
+    assert caught.value.returncode == 1
+    assert str(caught.value).startswith(f"battery run {run.pk} failed its gates: C pass rate")
+    failed = [g["name"] for g in run.gates if not g["passed"]]
+    assert "C current_value_accuracy >= 0.99" in failed
+    assert "C stale_value_rate <= 0.005" in failed
+    assert run.status == "failed"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_battery_run_suite_C_passes_its_gates_against_the_real_service(tmp_path):
+    output = battery("run", "--suite", "C", "--seed", "7", "--report", str(tmp_path))
+    run = BatteryRun.objects.get()
+    assert (run.status, run.score, run.suites) == ("passed", 100.0, ["C"])
+    suite = run.suite_scores["C"]
+    assert (suite["items"], suite["passed"], suite["gate_passed"]) == (540, 540, True)
+    assert suite["metrics"] == {
+        "current_value_accuracy": 1.0,
+        "as_of_accuracy": 1.0,
+        "authority_temporal_resolution_accuracy": 1.0,
+        "bitemporal_accuracy": 1.0,
+        "multihop_accuracy": 1.0,
+        "stale_value_rate": 0.0,
+        "current_fact_accuracy": 1.0,
+    }
+    assert [(g["name"], g["passed"]) for g in run.gates if g["kind"] != "cap"] == [
+        ("C pass rate >= 99%", True),
+        ("C current_value_accuracy >= 0.99", True),
+        ("C as_of_accuracy >= 0.99", True),
+        ("C authority_temporal_resolution_accuracy >= 0.99", True),
+        ("C bitemporal_accuracy >= 0.99", True),
+        ("C multihop_accuracy >= 0.99", True),
+        ("C stale_value_rate <= 0.005", True),
+    ]
+    assert Counter(run.items.values_list("failure_code", flat=True)) == {"": 540}
+    assert "FAIL" not in output
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert Counter(i["metrics"]["kind"] for i in report["items"]) == {
+        "C1": 200,
+        "C2": 120,
+        "C3": 80,
+        "C4": 80,
+        "C5": 60,
+    }
