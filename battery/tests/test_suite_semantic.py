@@ -612,13 +612,14 @@ def test_a_service_that_ignores_authority_on_write_is_W0(db):
     specs, outcomes = run_small(AuthorityBlindWrites(InProcessTransport()), c3=6)
     assert {o.failure_code for o in outcomes} == {"W0"}
     for spec, result in zip(specs, outcomes, strict=True):
-        if spec.data["writes"][2]["op"] == "correct":  # the high value it corrects is gone
-            assert result.detail.startswith("POST /facts/")
-            assert "/correct refused: HTTP 409 " in result.detail
-        else:
-            assert result.detail.startswith(
-                "outcome of write 'low': the write's outcome: expected 'contested', got 'created'"
-            )
+        assert result.detail.startswith(
+            "outcome of write 'low': the write's outcome: expected 'contested', got 'created' (and "
+        )
+        # The weak claim replaced the strong one: asked right then, current shows it.
+        assert result.metrics["misses"][1]["q"].startswith("current ")
+        assert result.metrics["misses"][1]["code"] == "R3"
+        if spec.data["writes"][2]["op"] == "correct":  # the version it corrects is gone
+            assert result.metrics["misses"][-1]["code"] == "W0"
 
 
 def test_a_current_answer_that_hides_its_open_contest_is_A0(db):

@@ -11,13 +11,12 @@ right then; each item's `check` then asks the rest. Grading is in judge.py.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ...registry import ItemFailure, ItemSpec, MetricGate, Suite, register
+from ...registry import ItemSpec, MetricGate, Suite, register
 from ...runner import ItemContext
 from ...taxonomy import FailureCode as F
 from . import api as facts_api
@@ -71,8 +70,6 @@ class World:
     written: dict[tuple[str, str], Written] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # item key -> why its world is missing
     observed: dict[tuple[str, int], Any] = field(default_factory=dict)
-    requests: int = 0
-    seconds: float = 0.0
 
 
 def _written(result: Any) -> Written:
@@ -95,7 +92,6 @@ def _read_record_times(api: FactsApi, world: World, wanted: list[tuple[str, str]
         if written is None or written.recorded_at is not None or written.fact_id is None:
             continue
         response = api.fact(written.fact_id)
-        world.requests += 1
         if response.status == 200 and isinstance(response.body, dict):
             written.recorded_at = facts_api.moment(facts_api.field_of(response.body, "recorded_at"))
 
@@ -110,7 +106,6 @@ def _assert_round(api: FactsApi, world: World, writes: list[tuple[str, dict[str,
     for begin in range(0, len(writes), MAX_BATCH):
         chunk = writes[begin : begin + MAX_BATCH]
         response = api.assert_many([write["claim"] for _, write in chunk])
-        world.requests += 1
         results = facts_api.write_results(response.body)
         if response.status in (200, 201) and len(results) == len(chunk):
             for (key, write), result in zip(chunk, results, strict=True):
@@ -126,7 +121,6 @@ def _assert_round(api: FactsApi, world: World, writes: list[tuple[str, dict[str,
             if key in world.errors:
                 continue
             single = api.assert_one(write["claim"])
-            world.requests += 1
             if single.status in (200, 201):
                 world.written[(key, write["ref"])] = _written(single.body)
             else:
@@ -142,7 +136,6 @@ def _act(api: FactsApi, world: World, key: str, write: dict[str, Any]) -> None:
         world.errors[key] = f"{write['op']}: the answer to write {write['target']!r} named no fact"
         return
     response = api.act(write["op"], target.fact_id, write["body"])
-    world.requests += 1
     if response.status in (200, 201):
         world.written[(key, write["ref"])] = _written(response.body)
     else:
@@ -155,7 +148,6 @@ def prepare(ctx: ItemContext, specs: Sequence[ItemSpec]) -> World:
     """Write every item's world, round by round; within a round, claims first
     (batched across items), then corrections and ends, then the questions
     that must be asked at that moment."""
-    started = time.perf_counter()
     api = FactsApi(ctx.client)
     world = World()
     rounds = max(write["round"] for spec in specs for write in spec.data["writes"])
@@ -196,7 +188,6 @@ def prepare(ctx: ItemContext, specs: Sequence[ItemSpec]) -> World:
             for index, question in enumerate(spec.data["questions"]):
                 if question.get("at") == number and spec.key not in world.errors:
                     world.observed[(spec.key, index)] = _ask(asking, world, spec.key, question)
-    world.seconds = time.perf_counter() - started
     return world
 
 
@@ -328,13 +319,17 @@ def _judge(world: World, key: str, question: dict[str, Any], answer: Any) -> Ver
 
 
 def check(ctx: ItemContext, spec: ItemSpec, world: World) -> dict[str, Any]:
+    """Grade every question the item planned. When part of its world could not
+    be written, what was observed before that is still graded; every other
+    question is a W0 miss."""
     tally = Tally(planned=dict(spec.metrics["planned"]))
-    if spec.key in world.errors:
-        for question in spec.data["questions"]:
-            tally.record(question, _label(question), miss(F.W0, world.errors[spec.key]))
-        raise ItemFailure(F.W0, world.errors[spec.key], metrics=tally.metrics())
     api = FactsApi(ctx.client, memo={})
+    broken = world.errors.get(spec.key)
     for index, question in enumerate(spec.data["questions"]):
+        observed = (spec.key, index) in world.observed
+        if broken and not observed:
+            tally.record(question, _label(question), miss(F.W0, broken))
+            continue
         if question.get("at"):
             answer = world.observed.get((spec.key, index))
         else:
