@@ -161,12 +161,20 @@ def _check_drafts(*, agent: Agent, drafts: Sequence[EventDraft]) -> None:
 
 
 def _lock_chain_head(agent: Agent) -> tuple[int, str, datetime]:
-    """Lock the agent's chain tip (creating it on first use); return it with the DB clock."""
+    """Lock the agent's chain tip (creating it on first use); return it with the record time.
+
+    The record time is the database clock once the lock is granted (stamped
+    into piper.record_time, which the insert trigger uses): a writer that
+    waited for the lock records after the one it waited for, so record time
+    never runs backwards along a chain.
+    """
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {ChainHead._meta.db_table} AS h (agent_id, last_seq, last_hash) "
+            f"WITH head AS (INSERT INTO {ChainHead._meta.db_table} AS h (agent_id, last_seq, last_hash) "
             "VALUES (%s, 0, %s) ON CONFLICT (agent_id) DO UPDATE SET last_seq = h.last_seq "
-            "RETURNING last_seq, last_hash, now()",
+            "RETURNING last_seq, last_hash) "
+            "SELECT last_seq, last_hash, "
+            "set_config('piper.record_time', clock_timestamp()::text, true)::timestamptz FROM head",
             [agent.pk, ChainHead._meta.get_field("last_hash").default],
         )
         return cursor.fetchone()
@@ -178,7 +186,8 @@ def events_append(*, agent: Agent, drafts: Sequence[EventDraft]) -> list[Event]:
     All or nothing: a bad draft raises InvalidInput (400) or Unprocessable
     (422, unknown referenced event) and writes nothing. Appends for one agent
     are serialised by a row lock on its chain head; different agents do not
-    wait for each other. recorded_at is PostgreSQL's transaction time.
+    wait for each other. recorded_at is PostgreSQL's clock when the chain lock
+    was granted.
     """
     if not drafts:
         return []

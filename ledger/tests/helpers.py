@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
+
+from django.db import connection
 
 from ledger.models import ChainHead, Event, Source, Tombstone
 from piper.api.models import IdempotencyRecord
@@ -24,3 +27,17 @@ def ledger_state() -> dict:
         "sources": Source.objects.count(),
         "tombstones": Tombstone.objects.count(),
     }
+
+
+def db_now() -> datetime:
+    """The transaction's start time."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def db_clock() -> datetime:
+    """The database clock right now (record times fall between the two)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]

@@ -10,6 +10,7 @@ from ledger.models import GENESIS_HASH, Event
 from ledger.selectors import chain_verify
 from ledger.services import PURGE_SETTING, event_redact
 from ledger.tests.factories import EventFactory
+from ledger.tests.helpers import db_clock, db_now
 from piper.tenancy.tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
@@ -18,12 +19,6 @@ pytestmark = pytest.mark.django_db
 def run_sql(sql: str, params=()) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params)
-
-
-def db_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        return cursor.fetchone()[0]
 
 
 class TestAppendOnly:
@@ -193,8 +188,16 @@ class TestRecordedAt:
         agent = AgentFactory()
         event = EventFactory(agent=agent)
         row = Event.objects.get(pk=event.pk)
-        assert row.recorded_at == event.recorded_at == db_now()
+        # The database clock when the chain lock was granted: within this transaction.
+        assert row.recorded_at == event.recorded_at
+        assert db_now() <= row.recorded_at <= db_clock()
         assert event_hash(row) == row.hash
+
+    def test_a_writer_that_waited_for_the_lock_records_after_the_one_it_waited_for(self):
+        agent = AgentFactory()
+        first = EventFactory(agent=agent)
+        second = EventFactory(agent=agent)  # same transaction, later lock
+        assert first.recorded_at < second.recorded_at
 
 
 class TestSameAgentReferences:

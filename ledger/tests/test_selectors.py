@@ -178,17 +178,15 @@ class TestEventList:
         )
         assert list(event_list(agent=agent, occurred_after=t).order_by("seq")) == [at, late]
         assert list(event_list(agent=agent, occurred_before=t).order_by("seq")) == [early]
+        # Each append records when it got the chain lock: three distinct record times.
+        assert early.recorded_at < at.recorded_at < late.recorded_at
         recorded = at.recorded_at
-        assert event_list(agent=agent, recorded_after=recorded).count() == 3
-        assert event_list(agent=agent, recorded_before=recorded).count() == 0
-        assert (
-            event_list(agent=agent, recorded_before=recorded + timedelta(microseconds=1)).count()
-            == 3
-        )
-        assert (
-            event_list(agent=agent, recorded_after=recorded + timedelta(microseconds=1)).count()
-            == 0
-        )
+        after = event_list(agent=agent, recorded_after=recorded).order_by("seq")
+        assert list(after) == [at, late]
+        assert list(event_list(agent=agent, recorded_before=recorded)) == [early]
+        just_after = recorded + timedelta(microseconds=1)
+        assert event_list(agent=agent, recorded_before=just_after).count() == 2
+        assert list(event_list(agent=agent, recorded_after=just_after)) == [late]
 
 
 class TestGet:

@@ -4,7 +4,6 @@ import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from django.db import connection
 
 from ledger.hashing import event_hash, payload_hash
 from ledger.models import GENESIS_HASH, ChainHead, Event, Source, Tombstone
@@ -17,7 +16,7 @@ from ledger.services import (
     source_register,
 )
 from ledger.tests.factories import EventFactory
-from ledger.tests.helpers import ledger_state
+from ledger.tests.helpers import db_clock, db_now, ledger_state
 from piper.canonical import sha256_hex
 from piper.errors import InvalidInput, NotFound, Unprocessable
 from piper.tenancy.tests.factories import AgentFactory
@@ -25,12 +24,6 @@ from piper.tenancy.tests.factories import AgentFactory
 pytestmark = pytest.mark.django_db
 
 EVENT_TYPE_RULE = "use lower-case words joined by '.', ':', '/' or '-', e.g. 'tool.called' (at most 100 characters)"
-
-
-def db_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        return cursor.fetchone()[0]
 
 
 class TestEventsAppend:
@@ -85,7 +78,8 @@ class TestEventsAppend:
         assert event.authority == "agent_inference"
         assert event.confidence == 1.0
         assert event.payload == {}
-        assert event.occurred_at == event.recorded_at == db_now()
+        assert event.occurred_at == event.recorded_at
+        assert db_now() <= event.recorded_at <= db_clock()
         assert (event.session_id, event.actor, event.source_ref) == ("", "", "")
         assert (event.privacy_class, event.retention_class) == ("internal", "standard")
         assert (event.parent_event_id, event.correction_of_id, event.redacted_at) == (
@@ -122,7 +116,7 @@ class TestEventsAppend:
         event = event_append(agent=agent, event_type="a.b", occurred_at=occurred)
         event.refresh_from_db()
         assert event.occurred_at == occurred
-        assert event.recorded_at == db_now()
+        assert db_now() <= event.recorded_at <= db_clock()
 
     def test_empty_drafts_write_nothing(self):
         agent = AgentFactory()
