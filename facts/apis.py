@@ -259,7 +259,7 @@ class AuthorityOrderApi(APIView):
         summary="The authority precedence in force, most trusted first",
     )
     def get(self, request):
-        order = projection.authority_order_for(request.user.pk)
+        order = selectors.authority_order(agent=request.user)
         return Response(AuthorityOrderSerializer({"order": list(order)}).data)
 
     @extend_schema(
@@ -275,7 +275,7 @@ class AuthorityOrderApi(APIView):
         def write():
             data = _body(AuthorityOrderSerializer, request)
             services.authority_order_set(agent=request.user, order=data["order"])
-            order = projection.authority_order_for(request.user.pk)
+            order = selectors.authority_order(agent=request.user)
             return Response(AuthorityOrderSerializer({"order": list(order)}).data)
 
         return idempotent_write(request, write)

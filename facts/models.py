@@ -50,6 +50,10 @@ class Entity(models.Model):
     class Meta:
         ordering = ["name"]
         verbose_name_plural = "entities"
+        constraints = [
+            # The target of same-agent foreign keys (migration 0004).
+            models.UniqueConstraint(fields=["agent", "id"], name="facts_entity_agent_id_uniq"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -119,6 +123,7 @@ class Predicate(models.Model):
         ordering = ["name"]
         constraints = [
             models.UniqueConstraint(fields=["agent", "name"], name="facts_predicate_unique"),
+            models.UniqueConstraint(fields=["agent", "id"], name="facts_predicate_agent_id_uniq"),
         ]
 
     def __str__(self) -> str:
@@ -272,6 +277,8 @@ class FactEvidence(models.Model):
     """A ledger event supporting a version: the claim that created it, and every
     re-assertion of the same value (idempotent re-asserts add evidence, not versions)."""
 
+    # Derived from the event and the fact, so a rebuild reproduces it.
+    id = models.UUIDField(primary_key=True, editable=False)
     fact = models.ForeignKey(Fact, on_delete=models.CASCADE, related_name="evidence")
     event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
     recorded_at = models.DateTimeField()

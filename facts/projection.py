@@ -19,6 +19,7 @@ from django.db import connection
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event
+from piper.canonical import canonical_json
 from piper.provenance import AUTHORITY_ORDER, authority_rank
 
 from .models import (
@@ -218,7 +219,10 @@ class Claim:
     def same_object(self, fact: Fact) -> bool:
         if self.object_entity_id is not None:
             return fact.object_entity_id == self.object_entity_id
-        return fact.object_entity_id is None and fact.object_value == self.object_value
+        # As JSON, not Python: true is not 1, and [1] is not [true].
+        return fact.object_entity_id is None and canonical_json(
+            fact.object_value
+        ) == canonical_json(self.object_value)
 
 
 def _overlaps(fact: Fact, start: datetime, end: datetime | None) -> bool:
@@ -379,7 +383,12 @@ class Store:
 
     def add_evidence(self, fact: Fact, event: Event) -> None:
         self.evidence.append(
-            FactEvidence(fact_id=fact.pk, event_id=event.pk, recorded_at=event.recorded_at)
+            FactEvidence(
+                id=uuid.uuid5(event.pk, f"evidence:{fact.pk}"),
+                fact_id=fact.pk,
+                event_id=event.pk,
+                recorded_at=event.recorded_at,
+            )
         )
 
     def flush(self) -> None:
@@ -520,34 +529,55 @@ class _Writer:
         )
 
     def settle_contests(self, claim, closed, new, start, end, remainders) -> list[Fact]:
-        """A claim of equal or higher authority resolves the contests it overlaps;
-        contests of the parts it left alone follow those parts."""
-        if not closed:
-            return []
+        """A claim of equal or higher authority resolves the contests it overlaps —
+        of the versions it closed, or of versions no longer believed at all
+        (retracted); contests of the parts it left alone follow those parts."""
         closed_ids = {f.pk for f in closed}
         resolved = []
         for contest in list(self.state(claim.subject_id, claim.predicate.pk).contests):
-            if contest.contests_id not in closed_ids:
+            if contest.contests_id in closed_ids:
+                if _overlaps(contest, start, end):
+                    resolved.append(contest)
+                    continue
+                for old, part in remainders:
+                    if old.pk == contest.contests_id and _overlaps(
+                        contest, part.valid_from, part.valid_to
+                    ):
+                        self.store.change(contest, contests_id=part.pk)
+                        break
                 continue
-            if _overlaps(contest, start, end):
-                self.close(contest, status=FactStatus.CONTESTED, superseded_by_id=new.pk)
+            target = self.store.fact(contest.contests_id) if contest.contests_id else None
+            abandoned = target is None or target.superseded_at is not None
+            if (
+                abandoned
+                and _overlaps(contest, start, end)
+                and (target is None or self.rank(claim.authority) >= self.rank(target.authority))
+            ):
                 resolved.append(contest)
-                continue
-            for old, part in remainders:
-                if old.pk == contest.contests_id and _overlaps(
-                    contest, part.valid_from, part.valid_to
-                ):
-                    self.store.change(contest, contests_id=part.pk)
-                    break
+        for contest in resolved:
+            self.close(contest, status=FactStatus.CONTESTED, superseded_by_id=new.pk)
         return resolved
 
-    def contest(self, claim: Claim, start, end, against: Fact) -> Applied:
+    def contest(
+        self, claim: Claim, start, end, against: Fact, *, origin: str = FactOrigin.ASSERTED
+    ) -> Applied:
+        """Store a claim that a stronger believed version outranks. The same claim
+        again adds evidence to the open contest instead of queueing a copy."""
+        for open_contest in self.state(claim.subject_id, claim.predicate.pk).contests:
+            if (
+                open_contest.contests_id == against.pk
+                and claim.same_object(open_contest)
+                and _covers(open_contest, start, end)
+                and self.rank(claim.authority) <= self.rank(open_contest.authority)
+            ):
+                self.confirm(open_contest)
+                return Applied(Outcome.CONTESTED, fact=open_contest)
         fact = self.new_fact(
             like=claim,
             valid_from=start,
             valid_to=end,
             status=FactStatus.CONTESTED,
-            origin=FactOrigin.ASSERTED,
+            origin=origin,
             contests_id=against.pk,
         )
         return Applied(Outcome.CONTESTED, fact=fact)
@@ -576,9 +606,14 @@ def _asserted(event: Event, store: Store) -> Applied:
     if claim.predicate.cardinality == Cardinality.MANY:
         return _assert_many(w, claim, believed)
     # "Until the next change": late evidence never overwrites later knowledge.
+    # A known change is the next version's start — or, when the claim repeats
+    # the value already believed at its start, that version's known end.
     end = claim.valid_to
     if end is None:
         end = next((f.valid_from for f in believed if f.valid_from > start), None)
+        holding = next((f for f in believed if _covers(f, start, start)), None)
+        if holding is not None and claim.same_object(holding) and holding.valid_to is not None:
+            end = holding.valid_to if end is None else min(end, holding.valid_to)
     overlapping = [f for f in believed if _overlaps(f, start, end)]
     covering_same = next(
         (f for f in overlapping if claim.same_object(f) and _covers(f, start, end)), None
@@ -606,23 +641,36 @@ def _assert_many(w: _Writer, claim: Claim, believed: list[Fact]) -> Applied:
     if covering and w.rank(claim.authority) <= w.rank(covering.authority):
         w.confirm(covering)
         return Applied(Outcome.CONFIRMED, fact=covering)
+    return _merge_many(w, claim, start, end, same, replaced=[], origin=FactOrigin.ASSERTED)
+
+
+def _merge_many(
+    w: _Writer, claim: Claim, start, end, same: list[Fact], *, replaced: list[Fact], origin: str
+) -> Applied:
+    """One version of the claim's value spanning [start, end) and every
+    same-value version it overlaps, closing those and `replaced`. The merged
+    version keeps the strongest authority and confidence among them."""
     if same:
         start = min([start, *(f.valid_from for f in same)])
         ends = [end, *(f.valid_to for f in same)]
         end = None if any(e is None for e in ends) else max(ends)
+    strongest = max([claim, *same], key=lambda c: w.rank(c.authority))
+    closing = [*replaced, *same]
     new_id = w.ids.next()
-    for old in same:
+    for old in closing:
         w.close(old, status=FactStatus.SUPERSEDED, superseded_by_id=new_id)
     new = w.new_fact(
         like=claim,
         valid_from=start,
         valid_to=end,
         status=FactStatus.ACTIVE,
-        origin=FactOrigin.ASSERTED,
+        origin=origin,
         fact_id=new_id,
-        supersedes_id=same[0].pk if same else None,
+        supersedes_id=closing[0].pk if closing else None,
+        authority=strongest.authority,
+        confidence=max(c.confidence for c in [claim, *same]),
     )
-    return Applied(Outcome.CREATED, fact=new, superseded=same)
+    return Applied(Outcome.CREATED, fact=new, superseded=closing)
 
 
 def _target(event: Event, store: Store) -> tuple[_Writer, Fact]:
@@ -657,10 +705,30 @@ def _corrected(event: Event, store: Store) -> Applied:
         confidence=event.confidence,
     )
     if w.rank(claim.authority) < w.rank(fact.authority):
-        return w.contest(claim, fact.valid_from, fact.valid_to, fact)
-    applied = w.supersede(
-        claim, [fact], fact.valid_from, fact.valid_to, origin=FactOrigin.CORRECTED
-    )
+        return w.contest(claim, fact.valid_from, fact.valid_to, fact, origin=FactOrigin.CORRECTED)
+    if claim.predicate.cardinality == Cardinality.MANY:
+        # The right value may already be held: merge with it, never hold it twice.
+        believed = w.state(claim.subject_id, claim.predicate.pk).believed
+        same = [
+            f
+            for f in believed
+            if f.pk != fact.pk
+            and claim.same_object(f)
+            and _overlaps(f, fact.valid_from, fact.valid_to)
+        ]
+        applied = _merge_many(
+            w,
+            claim,
+            fact.valid_from,
+            fact.valid_to,
+            same,
+            replaced=[fact],
+            origin=FactOrigin.CORRECTED,
+        )
+    else:
+        applied = w.supersede(
+            claim, [fact], fact.valid_from, fact.valid_to, origin=FactOrigin.CORRECTED
+        )
     applied.outcome = Outcome.CORRECTED
     return applied
 
@@ -682,6 +750,10 @@ def _ended(event: Event, store: Store) -> Applied:
         last_confirmed_at=w.now,
     )
     store.add_evidence(new, event)
+    # Open contests challenged the value, which the ended version still holds.
+    for contest in w.state(fact.subject_id, fact.predicate_id).contests:
+        if contest.contests_id == fact.pk:
+            store.change(contest, contests_id=new.pk)
     return Applied(Outcome.ENDED, fact=new, superseded=[fact])
 
 

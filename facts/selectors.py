@@ -19,6 +19,7 @@ from piper.errors import InvalidInput, NotFound
 from piper.tenancy.models import Agent
 
 from .models import Entity, EntityAlias, Fact, FactStatus, Predicate
+from .projection import authority_order_for
 
 BELIEVED = Q(status=FactStatus.ACTIVE, superseded_at__isnull=True)
 OPEN_CONTEST = Q(status=FactStatus.CONTESTED, superseded_at__isnull=True)
@@ -79,23 +80,30 @@ class EntityMatch:
 
 
 def entity_search(*, agent: Agent, query: str, limit: int = 10) -> list[EntityMatch]:
-    """Entities whose names resemble `query` (pg_trgm), best first; exact names first of all."""
+    """Entities whose names resemble `query` (pg_trgm) or start with it, best
+    first; an exact name first of all. One row per entity, its best name."""
     query = query.strip()
     if not query:
         raise InvalidInput("q must not be empty", details={"q": ["required"]})
+    # The query is text, not a pattern: % and _ match only themselves.
+    prefix = query.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT DISTINCT ON (entity_id) entity_id, alias, similarity(lower(alias), lower(%s)) AS score
-              FROM facts_entityalias
-             WHERE agent_id = %s AND (lower(alias) %% lower(%s) OR lower(alias) LIKE lower(%s) || '%%')
-             ORDER BY entity_id, score DESC
+            SELECT entity_id, alias, score FROM (
+                SELECT DISTINCT ON (entity_id) entity_id, alias,
+                       similarity(lower(alias), lower(%s)) AS score,
+                       lower(alias) = lower(%s) AS exact
+                  FROM facts_entityalias
+                 WHERE agent_id = %s AND (lower(alias) %% lower(%s) OR lower(alias) LIKE %s)
+                 ORDER BY entity_id, lower(alias) = lower(%s) DESC, score DESC
+            ) best
+            ORDER BY exact DESC, score DESC, entity_id
+            LIMIT %s
             """,
-            [query, agent.pk, query, query],
+            [query, query, agent.pk, query, prefix, query, limit],
         )
         rows = cursor.fetchall()
-    rows.sort(key=lambda r: (r[1].lower() != query.lower(), -r[2]))
-    rows = rows[:limit]
     entities = Entity.objects.in_bulk([r[0] for r in rows])
     return [EntityMatch(entities[r[0]], r[1], round(float(r[2]), 4)) for r in rows]
 
@@ -135,7 +143,7 @@ def facts_as_of(
 ) -> QuerySet[Fact]:
     """True at valid_time, as currently believed."""
     qs = _about(agent, subject, predicate).filter(BELIEVED & _valid_at(valid_time))
-    return _with_status(qs).order_by("predicate__name", "valid_from")
+    return _with_status(qs).order_by("predicate__name", "valid_from", "id")
 
 
 def facts_current(*, agent: Agent, subject: Entity, predicate: Predicate | None) -> QuerySet[Fact]:
@@ -162,7 +170,7 @@ def facts_as_known_at(
         & (Q(superseded_at__isnull=True) | Q(superseded_at__gt=record_time))
     )
     qs = _about(agent, subject, predicate).filter(believed_then & _valid_at(valid_time))
-    return _with_status(qs).order_by("predicate__name", "valid_from")
+    return _with_status(qs).order_by("predicate__name", "valid_from", "id")
 
 
 def fact_chain(*, agent: Agent, subject: Entity, predicate: Predicate) -> QuerySet[Fact]:
@@ -264,3 +272,8 @@ def graph_paths(
         Path([entities[e] for e in nodes], [facts[f] for f in fact_list])
         for nodes, fact_list in rows
     ]
+
+
+def authority_order(*, agent: Agent) -> tuple[str, ...]:
+    """The agent's precedence of authorities in force, most trusted first."""
+    return authority_order_for(agent.pk)

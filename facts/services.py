@@ -21,7 +21,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event
-from ledger.services import EventDraft, events_append
+from ledger.services import EventDraft, events_append, json_storage_error
 from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
 from piper.ids import uuid7
 from piper.provenance import Authority, SourceType, authority_rank
@@ -114,7 +114,11 @@ def _append_and_apply(
 
 # Constraints a concurrent writer can make us meet; a retry re-plans and
 # then sees the other's row (its version, or the entity it just named).
-RETRYABLE_CONSTRAINTS = ("facts_one_believed_value_at_a_time", "facts_alias_unique_ci")
+RETRYABLE_CONSTRAINTS = (
+    "facts_one_believed_value_at_a_time",
+    "facts_alias_unique_ci",
+    "facts_predicate_unique",
+)
 
 
 def _with_retry(write):
@@ -132,6 +136,11 @@ def _with_retry(write):
                     code="concurrent_write",
                 ) from exc
     raise AssertionError("unreachable")
+
+
+def _a(word: str) -> str:
+    # 'a user_statement', 'an integer': u mostly sounds like 'you' here.
+    return f"{'an' if word[:1] in 'aeio' else 'a'} {word}"
 
 
 def _check_name(name: Any, what: str) -> str:
@@ -195,6 +204,8 @@ def entity_alias_add(
     *, agent: Agent, entity: Entity, alias: str, provenance: Provenance = Provenance()
 ) -> EntityAlias:
     """Add a name for the entity. Idempotent for its own alias; Conflict if another entity has it."""
+    if entity.agent_id != agent.pk:  # another agent's entity is as good as missing
+        raise NotFound(f"entity {entity.pk} not found")
     alias = _check_name(alias, "alias")
     with transaction.atomic():
         _lock_alias(agent, alias)
@@ -239,8 +250,15 @@ def _value_type_error(value_type: str, value: Any) -> str | None:
     if value is None:
         return "a fact needs a value (to say it no longer holds, retract or end it)"
     if not checks[value_type](value):
-        return f"expected a {ValueType(value_type).label.lower()} value, got {type(value).__name__}"
+        return (
+            f"expected {_a(ValueType(value_type).label.lower())} value, got {type(value).__name__}"
+        )
     return None
+
+
+def _value_error(value_type: str, value: Any) -> str | None:
+    """Why `value` cannot be a fact's value: the predicate's type, or the ledger's limits."""
+    return _value_type_error(value_type, value) or json_storage_error(value, path="value")
 
 
 def _is_datetime(text: str) -> bool:
@@ -465,13 +483,15 @@ def _plan(agent: Agent, claims: Sequence[ClaimInput]) -> _Plan:
                 ]
             elif claim.value is MISSING:
                 problems["value"] = ["This field is required."]
-            elif error := _value_type_error(definition["value_type"], claim.value):
+            elif error := _value_error(definition["value_type"], claim.value):
                 problems["value"] = [error]
-        if claim.valid_from and claim.valid_to and claim.valid_to <= claim.valid_from:
-            problems["valid_to"] = ["must be after valid_from"]
+        naive = False
         for name, moment in (("valid_from", claim.valid_from), ("valid_to", claim.valid_to)):
             if moment is not None and moment.tzinfo is None:
                 problems[name] = ["must carry a time zone, e.g. 2026-01-31T09:00:00Z"]
+                naive = True
+        if not naive and claim.valid_from and claim.valid_to and claim.valid_to <= claim.valid_from:
+            problems["valid_to"] = ["must be after valid_from"]
         if problems:
             errors[str(index)] = problems
             continue
@@ -513,15 +533,22 @@ def _claim_predicate(agent, claim, predicates, plan, problems) -> dict | None:
             return None
     existing = predicates.get(name)
     if existing is not None:
-        for key in ("cardinality", "value_type"):
-            asked = getattr(claim, key)
-            if asked is not None and asked != getattr(existing, key):
-                raise Conflict(
-                    f"predicate {name!r} is {key} {getattr(existing, key)!r}, not {asked!r}; "
-                    "redefine it through /api/v1/predicates first",
-                    code=f"{key}_conflict",
-                    details={key: [getattr(existing, key)]},
-                )
+        known = {"cardinality": existing.cardinality, "value_type": existing.value_type}
+        where = "redefine it through /api/v1/predicates first"
+    elif name in plan.new_predicates:  # declared by an earlier claim of this batch
+        known = plan.new_predicates[name][1]
+        where = "declare it one way within a batch"
+    else:
+        known = None
+    for key in ("cardinality", "value_type"):
+        asked = getattr(claim, key)
+        if known is not None and asked is not None and asked != known[key]:
+            raise Conflict(
+                f"predicate {name!r} is {key} {known[key]!r}, not {asked!r}; {where}",
+                code=f"{key}_conflict",
+                details={key: [known[key]]},
+            )
+    if existing is not None:
         return {"predicate_id": str(existing.pk), "value_type": existing.value_type}
     if name not in plan.new_predicates:
         plan.new_predicates[name] = (
@@ -542,7 +569,7 @@ def _claim_predicate(agent, claim, predicates, plan, problems) -> dict | None:
 def _resolve_entities(agent: Agent, refs: Sequence[EntityRef]) -> dict[str, str]:
     """Map each ref (id string or lower-cased name) to an existing entity id."""
     ids = {str(i) for r in refs if (i := _parse_entity_id(r)) is not None}
-    names = {r.lower() for r in refs if isinstance(r, str) and _parse_entity_id(r) is None}
+    names = {r.strip().lower() for r in refs if isinstance(r, str) and _parse_entity_id(r) is None}
     found = {
         str(i): str(i)
         for i in Entity.objects.filter(agent=agent, pk__in=ids).values_list("pk", flat=True)
@@ -676,7 +703,7 @@ def fact_correct(
                 raise InvalidInput(
                     "send the corrected value", details={"value": ["This field is required."]}
                 )
-            if error := _value_type_error(fact.predicate.value_type, value):
+            if error := _value_error(fact.predicate.value_type, value):
                 raise InvalidInput(f"value: {error}", details={"value": [error]})
             payload["value"] = value
         return _append_and_apply(agent=agent, drafts=[provenance.draft(p.CORRECTED, payload)])[0]
@@ -703,7 +730,7 @@ def fact_end(
         order = p.authority_order_for(agent.pk)
         if authority_rank(authority, order) < authority_rank(fact.authority, order):
             raise Conflict(
-                f"a {authority} claim cannot end a {fact.authority} fact; a contest needs a value "
+                f"{_a(authority)} claim cannot end {_a(fact.authority)} fact; a contest needs a value "
                 "(assert one) or an operator",
                 code="insufficient_authority",
                 details={"authority": [authority], "fact_authority": [fact.authority]},

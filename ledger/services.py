@@ -103,6 +103,17 @@ def _as_stored(value: Any, path: str = "payload", depth: int = 0) -> Any:
     return value
 
 
+def json_storage_error(value: Any, *, path: str) -> str | None:
+    """Why the ledger could not store `value` faithfully (NaN, NUL, lone
+    surrogates, nesting too deep), or None. For apps that validate a value
+    before it becomes part of an event's payload."""
+    try:
+        _as_stored(value, path)
+    except _UnstorablePayload as exc:
+        return str(exc)
+    return None
+
+
 def _draft_errors(draft: EventDraft) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     if len(draft.event_type) > MAX_EVENT_TYPE or not EVENT_TYPE.fullmatch(draft.event_type):

@@ -280,12 +280,6 @@ class TestRebuild:
         rebuild()
         assert answers() == before
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="FactEvidence has a serial primary key, which a replay cannot reproduce: the "
-        "rebuilt rows equal the old ones in every column but id (derive the id from the "
-        "event and the fact, or key evidence by (fact, event))",
-    )
     def test_rebuild_reproduces_evidence_ids_too(self, histories):
         before = snapshot(with_evidence_ids=True)
         rebuild()

@@ -198,7 +198,9 @@ class TestFactChecks:
         fact = claim(agent, subject, predicate, "Paris", at(2020)).fact
         existing = FactEvidence.objects.get(fact=fact)
         with pytest.raises(IntegrityError, match="facts_evidence_once"), transaction.atomic():
-            FactEvidence.objects.create(fact=fact, event=existing.event, recorded_at=NOW)
+            FactEvidence.objects.create(
+                id=uuid.uuid4(), fact=fact, event=existing.event, recorded_at=NOW
+            )
 
 
 class TestNames:

@@ -194,10 +194,6 @@ def test_rebuild_then_write_continues_where_the_projection_left_off(two_agents):
     assert (applied.outcome, applied.fact.subject_id) == ("created", alice.pk)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FactEvidence has an auto-increment id: a rebuild gives every evidence row a new id",
-)
 def test_rebuild_keeps_evidence_ids(two_agents):
     first, _ = two_agents
     before = rows(FactEvidence, agent=first, with_evidence_ids=True)

@@ -320,10 +320,6 @@ class TestEntitySearch:
             selectors.entity_search(agent=agent, query=query)
         assert caught.value.details == {"q": ["required"]}
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="entity_search passes the query into LIKE unescaped: '%' and '_' match every alias",
-    )
     @pytest.mark.parametrize("query", ["%", "_", "z_d"])
     def test_like_wildcards_are_literal(self, agent, query):
         assert self.search(agent, query) == []

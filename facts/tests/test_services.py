@@ -303,11 +303,6 @@ class TestLateArrivingEvidence:
         ]
         assert as_of(agent, alice, at(2021, 6)) == []
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="'until the next change' only looks at the next valid_from, not at a known "
-        "end: a late repeat of an ended value re-opens it past its end, so current is stale",
-    )
     def test_a_late_repeat_of_an_ended_value_does_not_reopen_it(self, agent, alice):
         paris = claim(agent, alice, "lives_in", "Paris", at(2020)).fact
         fact_end(agent=agent, fact_id=paris.pk, valid_to=at(2022))
@@ -395,11 +390,6 @@ class TestReassert:
         ]
         assert evidence(agent, alice, "lives_in") == [(0, "R1"), (0, "R2")]
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="Claim.same_object compares with Python ==, where True == 1 and False == 0: "
-        "true after 1 is 'confirmed' and the stored value stays 1",
-    )
     @pytest.mark.parametrize(
         ("first", "then"),
         [(1, True), (False, 0), ([1, 0], [True, False]), ({"on": 1}, {"on": True})],
@@ -494,11 +484,6 @@ class TestAuthority:
         ]
         assert len(applied.resolved_contests) == 1
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="settle_contests only looks at contests of the versions a claim closes: a "
-        "contest whose target was retracted is never resolved by a later stronger claim",
-    )
     def test_a_later_claim_resolves_a_contest_whose_target_was_retracted(self, agent, alice):
         paris = claim(agent, alice, "lives_in", "Paris", at(2020), authority=OP).fact
         contest = claim(agent, alice, "lives_in", "Rome", at(2021), authority=AI).fact
@@ -545,11 +530,6 @@ class TestAuthority:
             ("Rome", at(2021), None),
         ]
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="re-asserting a contested claim stores another open contest each time, "
-        "instead of adding evidence to the open one (the operator's queue fills with copies)",
-    )
     def test_repeating_a_contested_claim_adds_evidence_to_the_open_contest(self, agent, alice):
         claim(agent, alice, "lives_in", "Paris", at(2020), authority=OP)
         first = claim(agent, alice, "lives_in", "Rome", at(2021)).fact
@@ -766,10 +746,6 @@ class TestCorrect:
         ) == ("Lyon", at(2020), at(2022), "contested", None, paris.pk, AI)
         assert believed_now(agent, alice, "lives_in") == [("Paris", at(2020), at(2022))]
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="a contested correction is stored with origin 'asserted', not 'corrected'",
-    )
     def test_a_contested_correction_says_it_is_a_correction(self, agent, alice):
         paris = claim(agent, alice, "lives_in", "Paris", at(2020), authority=OP).fact
         applied = fact_correct(agent=agent, fact_id=paris.pk, value="Lyon", provenance=by(AI))
@@ -906,10 +882,6 @@ class TestEnd:
             fact_end(agent=agent, fact_id=paris.pk, valid_to=at(2022))
         assert caught.value.code == "not_current"
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="fact_end leaves open contests pointing at the closed version, not the ended one",
-    )
     def test_open_contests_follow_the_ended_version(self, agent, alice):
         paris = claim(agent, alice, "lives_in", "Paris", at(2020), authority=OP).fact
         contest = claim(agent, alice, "lives_in", "Rome", at(2020, 6), at(2021)).fact
@@ -1036,11 +1008,6 @@ class TestManyValued:
             ("French", at(2020), at(2022), "R3", None, "active", "asserted", AI, 0, None, None),
         ]
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="a many-valued merge gives the merged version the new claim's authority, "
-        "so a third-party claim downgrades an operator's value",
-    )
     def test_a_lower_authority_merge_keeps_the_stronger_authority(self, agent, alice, tags):
         claim(agent, alice, tags, "French", at(2020), at(2021), authority=OP)
         claim(agent, alice, tags, "French", at(2020, 6), at(2022), authority=TP)
@@ -1049,11 +1016,6 @@ class TestManyValued:
         )
         assert [(f.object_value, f.authority) for f in believed] == [("French", OP)]
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="fact_correct on a many-valued predicate does not merge with a believed version "
-        "of the corrected value: two overlapping believed versions of one value",
-    )
     def test_correcting_to_a_value_already_held_does_not_duplicate_it(self, agent, alice, tags):
         french = claim(agent, alice, tags, "French", at(2020)).fact
         claim(agent, alice, tags, "German", at(2020))
@@ -1235,16 +1197,16 @@ VALUE_TYPE_CASES = [
     ("string", ["a"], "expected a string value, got list"),
     ("number", "1", "expected a number value, got str"),
     ("number", True, "expected a number value, got bool"),
-    ("integer", 1.5, "expected a integer value, got float"),
-    ("integer", False, "expected a integer value, got bool"),
+    ("integer", 1.5, "expected an integer value, got float"),
+    ("integer", False, "expected an integer value, got bool"),
     ("boolean", 1, "expected a boolean value, got int"),
     ("boolean", "true", "expected a boolean value, got str"),
     ("object", [1], "expected a json object value, got list"),
     ("array", {"a": 1}, "expected a json array value, got dict"),
-    ("datetime", "yesterday", "expected a iso 8601 date-time string value, got str"),
-    ("datetime", "2020-01-01T00:00:00", "expected a iso 8601 date-time string value, got str"),
-    ("datetime", "2020-13-01T00:00:00Z", "expected a iso 8601 date-time string value, got str"),
-    ("datetime", 1577836800, "expected a iso 8601 date-time string value, got int"),
+    ("datetime", "yesterday", "expected an iso 8601 date-time string value, got str"),
+    ("datetime", "2020-01-01T00:00:00", "expected an iso 8601 date-time string value, got str"),
+    ("datetime", "2020-13-01T00:00:00Z", "expected an iso 8601 date-time string value, got str"),
+    ("datetime", 1577836800, "expected an iso 8601 date-time string value, got int"),
     ("any", None, "a fact needs a value (to say it no longer holds, retract or end it)"),
     ("string", None, "a fact needs a value (to say it no longer holds, retract or end it)"),
 ]
@@ -1266,12 +1228,6 @@ class TestValidation:
         )
         assert facts_state() == before
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="facts services do not check that a value is storable: the ledger refuses the "
-        "event and the error names its draft ('event 2: payload: payload.value: …', details "
-        "under 'events') instead of the claim's value",
-    )
     @pytest.mark.parametrize(
         "value",
         [float("nan"), float("inf"), "nul \x00 inside", nested(101)],
@@ -1361,11 +1317,6 @@ class TestValidation:
         assert caught.value.details == details
         assert facts_state() == before
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="_plan compares valid_to <= valid_from before checking time zones: "
-        "one naive and one aware datetime raise TypeError (a 500)",
-    )
     @pytest.mark.parametrize(
         ("valid_from", "valid_to", "details"),
         [
@@ -1424,9 +1375,9 @@ class TestValidation:
                     ClaimInput(subject="Carol", predicate="lives_in", value="Oslo"),
                 ],
             )
-        assert caught.value.message == "facts[2].value: expected a integer value, got str"
+        assert caught.value.message == "facts[2].value: expected an integer value, got str"
         assert caught.value.details == {
-            "facts": {"2": {"value": ["expected a integer value, got str"]}}
+            "facts": {"2": {"value": ["expected an integer value, got str"]}}
         }
         assert Event.objects.count() == events_before
         assert facts_state() == before
@@ -1487,11 +1438,6 @@ class TestValidation:
             == len(steps)
         )
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="_claim_predicate keeps the first claim's definition of a new predicate and "
-        "silently ignores a later claim in the same batch declaring another cardinality",
-    )
     def test_a_batch_declaring_a_new_predicate_two_ways_is_a_conflict(self, agent, alice):
         before = facts_state()
         with pytest.raises(Conflict) as caught:
@@ -1585,11 +1531,6 @@ class TestEntities:
         assert FactEvidence.objects.filter(fact__subject=robert).count() == 5
         assert selectors.entity_resolve(agent=agent, ref="BOB") == robert
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="_resolve_entities looks names up unstripped while _claim_entity creates them "
-        "stripped: ' Bob ' misses Bob, tries to create him again, and ends in a 409",
-    )
     def test_a_known_name_with_surrounding_spaces_resolves(self, agent):
         robert = EntityFactory(agent=agent, name="Robert", aliases=["Bob"])
         fact = claim(agent, "  bob ", "lives_in", "Paris", at(2020)).fact
@@ -1712,11 +1653,6 @@ class TestIsolation:
             assert caught.value.code == "unknown_entity"
         assert facts_state() == before
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="entity_alias_add does not check that the entity is the agent's: agent B can "
-        "alias agent A's entity, then write facts about it (and read its name back)",
-    )
     def test_an_alias_cannot_name_another_agents_entity(self, agent, alice):
         other = AgentFactory()
         before = facts_state()
