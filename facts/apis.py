@@ -350,6 +350,7 @@ class FactAssertApi(APIView):
                 {
                     "outcome": a.outcome,
                     "fact_id": a.fact.pk,
+                    "recorded_at": a.recorded_at,
                     "superseded": [f.pk for f in a.superseded],
                     "resolved_contests": [f.pk for f in a.resolved_contests],
                 }

@@ -65,6 +65,7 @@ class Applied:
     superseded: list[Fact] = field(default_factory=list)
     resolved_contests: list[Fact] = field(default_factory=list)
     obj: Any = None  # the entity, alias, predicate or policy an event made
+    recorded_at: datetime | None = None  # the event's record time: what as_known_at keys on
 
 
 def derived_id(event: Event, n: int) -> uuid.UUID:
@@ -799,11 +800,12 @@ HANDLERS: dict[str, Callable[[Event, Store], Applied]] = {
 
 def apply(event: Event, store: Store | None = None) -> Applied:
     """Apply one event. With a store, its fact changes wait for store.flush()."""
-    if store is not None:
-        return HANDLERS[event.event_type](event, store)
-    store = Store()
+    own_store = store is None
+    store = store or Store()
     applied = HANDLERS[event.event_type](event, store)
-    store.flush()
+    applied.recorded_at = event.recorded_at
+    if own_store:
+        store.flush()
     return applied
 
 

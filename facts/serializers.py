@@ -418,6 +418,9 @@ class FactWriteOutputSerializer(serializers.Serializer):
 class FactReceiptSerializer(serializers.Serializer):
     outcome = serializers.ChoiceField(choices=["created", "confirmed", "contested"])
     fact_id = serializers.UUIDField()
+    recorded_at = serializers.DateTimeField(
+        help_text="When the service recorded this claim: use it as record_time in as-known-at."
+    )
     superseded = serializers.ListField(child=serializers.UUIDField())
     resolved_contests = serializers.ListField(child=serializers.UUIDField())
 

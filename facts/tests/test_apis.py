@@ -721,30 +721,36 @@ class TestBatch:
         paris = Fact.objects.get(object_value="Paris", origin="asserted")
         works = Fact.objects.get(predicate__name="works_for")
         rome = Fact.objects.get(object_value="Rome")
+        # One batch, one record time: the value to ask as-known-at with.
+        recorded = iso(rome.recorded_at)
         assert response.json() == {
             "count": 4,
             "results": [
                 {
                     "outcome": "created",
                     "fact_id": str(paris.pk),
+                    "recorded_at": recorded,
                     "superseded": [],
                     "resolved_contests": [],
                 },
                 {
                     "outcome": "created",
                     "fact_id": str(works.pk),
+                    "recorded_at": recorded,
                     "superseded": [],
                     "resolved_contests": [],
                 },
                 {
                     "outcome": "created",
                     "fact_id": str(rome.pk),
+                    "recorded_at": recorded,
                     "superseded": [str(paris.pk)],
                     "resolved_contests": [],
                 },
                 {
                     "outcome": "confirmed",
                     "fact_id": str(rome.pk),
+                    "recorded_at": recorded,
                     "superseded": [],
                     "resolved_contests": [],
                 },

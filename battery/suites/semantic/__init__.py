@@ -80,7 +80,11 @@ def _written(result: Any) -> Written:
         outcome=str(result.get("outcome", "")),
         fact_id=str(fact_id) if fact_id else None,
         resolved=facts_api.ids(result.get("resolved_contests")),
-        recorded_at=facts_api.moment(facts_api.field_of(fact, "recorded_at")),
+        # A batch receipt says when the claim was recorded; a single write's
+        # fact carries it (for a new version, the same moment).
+        recorded_at=facts_api.moment(
+            result.get("recorded_at") or facts_api.field_of(fact, "recorded_at")
+        ),
     )
 
 
