@@ -368,7 +368,21 @@ class MemoryStatusSerializer(serializers.Serializer):
         return [str(c.pk) for c in fact.open_contests]
 
 
+_datetime = serializers.DateTimeField().to_representation
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else _datetime(value)
+
+
+def _uuid(value) -> str | None:
+    return None if value is None else str(value)
+
+
 class FactOutputSerializer(serializers.Serializer):
+    """The declared fields document the shape (OpenAPI); to_representation builds
+    it directly: nested serializers cost ~2 ms a fact, most of a lookup (profiled)."""
+
     id = serializers.UUIDField()
     subject = EntityRefSerializer()
     predicate = serializers.CharField(source="predicate.name")
@@ -377,6 +391,45 @@ class FactOutputSerializer(serializers.Serializer):
     )
     object_entity = EntityRefSerializer(allow_null=True, help_text="The object of a relation.")
     memory_status = MemoryStatusSerializer(source="*")
+
+    def to_representation(self, fact: Fact) -> dict:
+        now = self.context.get("now")
+        if now is None:  # one clock per response, shared with MemoryStatusSerializer
+            now = self.context["now"] = timezone.now()
+        event, obj = fact.source_event, fact.object_entity
+        volatility = fact.predicate.volatility_seconds
+        age = (now - fact.last_confirmed_at).total_seconds()
+        return {
+            "id": str(fact.pk),
+            "subject": {"id": str(fact.subject.pk), "name": fact.subject.name},
+            "predicate": fact.predicate.name,
+            "value": fact.object_value,
+            "object_entity": None if obj is None else {"id": str(obj.pk), "name": obj.name},
+            "memory_status": {
+                "source": {
+                    "event_id": str(event.pk),
+                    "source_type": event.source_type,
+                    "source_ref": event.source_ref,
+                    "actor": event.actor,
+                    "session_id": event.session_id,
+                },
+                "authority": fact.authority,
+                "confidence": float(fact.confidence),
+                "valid_from": _when(fact.valid_from),
+                "valid_to": _when(fact.valid_to),
+                "recorded_at": _when(fact.recorded_at),
+                "superseded_at": _when(fact.superseded_at),
+                "last_confirmed_at": _when(fact.last_confirmed_at),
+                "age_seconds": max(0, int(age)),
+                "needs_recheck": volatility is not None and age > volatility,
+                "status": fact.status,
+                "origin": fact.origin,
+                "supersedes": _uuid(fact.supersedes_id),
+                "superseded_by": _uuid(fact.superseded_by_id),
+                "contests": _uuid(fact.contests_id),
+                "contested_by": [str(c.pk) for c in fact.open_contests],
+            },
+        }
 
 
 class FactListOutputSerializer(serializers.Serializer):
