@@ -29,6 +29,7 @@ from piper.provenance import (
 )
 from piper.tenancy.models import Agent
 
+from . import hooks
 from .hashing import event_hash, payload_hash
 from .models import ChainHead, Event, Source, Tombstone
 
@@ -232,6 +233,8 @@ def events_append(*, agent: Agent, drafts: Sequence[EventDraft]) -> list[Event]:
             event.hash = last_hash = event_hash(event)
             events.append(event)
         Event.objects.bulk_create(events)
+        first_seq = events[0].seq
+        transaction.on_commit(lambda: hooks.notify(agent.pk, first_seq, last_seq))
         ChainHead.objects.filter(agent_id=agent.pk).update(last_seq=last_seq, last_hash=last_hash)
     return events
 

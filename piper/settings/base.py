@@ -165,6 +165,13 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
+# --------------------------------------------------------------------- intentions
+
+# How often celery-beat runs the trigger engine (time, expiry, state, catch-up).
+PIPER_INTENTIONS_CYCLE_SECONDS = env_int("PIPER_INTENTIONS_CYCLE_SECONDS", 5)
+# An intention pending this long is re-surfaced into its thread's working state.
+PIPER_REHEARSE_AFTER_HOURS = env_int("PIPER_REHEARSE_AFTER_HOURS", 24)
+
 # ---------------------------------------------------------------------- embeddings
 
 PIPER_EMBEDDER = os.environ.get("PIPER_EMBEDDER", "piper.embeddings.MiniLMEmbedder")

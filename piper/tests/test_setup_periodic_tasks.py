@@ -34,9 +34,27 @@ def test_creates_the_periodic_tasks():
         "created    piper:beat-heartbeat\n"
         "created    piper:purge-idempotency-records\n"
         "created    piper:verify-ledger-chains\n"
+        "created    piper:intentions-engine\n"
+        "created    piper:intentions-rehearse\n"
+        "created    piper:intentions-webhook-retries\n"
     )
     assert summary() == [
         ("piper:beat-heartbeat", "piper.beat_heartbeat", "every 30 seconds", True, 30),
+        ("piper:intentions-engine", "intentions.engine_cycle", "every 5 seconds", True, 10),
+        (
+            "piper:intentions-rehearse",
+            "intentions.rehearse",
+            "17 * * * * (m/h/dM/MY/d) UTC",
+            True,
+            3600,
+        ),
+        (
+            "piper:intentions-webhook-retries",
+            "intentions.retry_outbox",
+            "every 30 seconds",
+            True,
+            60,
+        ),
         (
             "piper:purge-idempotency-records",
             "api.purge_idempotency_records",
@@ -63,13 +81,16 @@ def test_running_twice_leaves_exactly_the_same_rows():
         "unchanged  piper:beat-heartbeat\n"
         "unchanged  piper:purge-idempotency-records\n"
         "unchanged  piper:verify-ledger-chains\n"
+        "unchanged  piper:intentions-engine\n"
+        "unchanged  piper:intentions-rehearse\n"
+        "unchanged  piper:intentions-webhook-retries\n"
     )
     assert rows() == first
     assert (
         list(IntervalSchedule.objects.values()),
         list(CrontabSchedule.objects.values()),
     ) == schedules
-    assert len(schedules[0]) == 1 and len(schedules[1]) == 2
+    assert len(schedules[0]) == 2 and len(schedules[1]) == 3
 
 
 def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
@@ -85,6 +106,9 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
         "updated    piper:beat-heartbeat\n"
         "unchanged  piper:purge-idempotency-records\n"
         "unchanged  piper:verify-ledger-chains\n"
+        "unchanged  piper:intentions-engine\n"
+        "unchanged  piper:intentions-rehearse\n"
+        "unchanged  piper:intentions-webhook-retries\n"
         "disabled   piper:retired-job\n"
     )
     assert [(name, enabled) for name, _, _, enabled, _ in summary()] == [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import transaction
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
@@ -62,6 +63,28 @@ PERIODIC_TASKS: tuple[Periodic, ...] = (
         description="Nightly (03:30 UTC): walks every active agent's ledger hash chain; "
         "logs an ERROR per broken chain.",
         expire_seconds=6 * 3600,
+    ),
+    Periodic(
+        name=PREFIX + "intentions-engine",
+        task="intentions.engine_cycle",
+        schedule=Every(seconds=settings.PIPER_INTENTIONS_CYCLE_SECONDS),
+        description="Fires time triggers, expires what is past expires_at, re-checks state "
+        "triggers, and catches up event triggers whose post-commit task was lost.",
+        expire_seconds=settings.PIPER_INTENTIONS_CYCLE_SECONDS * 2,
+    ),
+    Periodic(
+        name=PREFIX + "intentions-rehearse",
+        task="intentions.rehearse",
+        schedule=Cron(minute="17"),
+        description="Hourly: re-surfaces long-pending intentions into their thread's working state.",
+        expire_seconds=3600,
+    ),
+    Periodic(
+        name=PREFIX + "intentions-webhook-retries",
+        task="intentions.retry_outbox",
+        schedule=Every(seconds=30),
+        description="Retries webhook deliveries of firings that failed (exponential backoff).",
+        expire_seconds=60,
     ),
 )
 

@@ -1,0 +1,20 @@
+"""The engine's 'now': the wall clock, or an agent's simulated clock (battery)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.utils import timezone
+
+from .models import AgentClock
+
+
+def now_for(agent_id: uuid.UUID) -> datetime:
+    clock = AgentClock.objects.filter(agent_id=agent_id).values_list("now", flat=True).first()
+    return clock or timezone.now()
+
+
+def simulated_agent_ids():
+    """Agents on a simulated clock: the wall-clock scans leave them alone."""
+    return AgentClock.objects.values("agent_id")

@@ -1,0 +1,428 @@
+"""The trigger engine: moves intentions to *due*, exactly once per occurrence.
+
+`fire` is the only way anything becomes due. Under a row lock it checks the
+intention is still armed for this occurrence, writes a Firing (unique per
+intention and occurrence), flips the status with a compare-and-set, records
+an `intention.fired` ledger event, puts the intention into its thread's
+pending list and queues the webhook. A duplicate delivery, a second beat, a
+concurrent worker or a retry after a killed worker finds the occurrence
+already fired and does nothing.
+
+Scans run in short transactions over chunks taken with FOR UPDATE SKIP
+LOCKED, so two scanners share the work instead of waiting for each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ledger.models import ChainHead, Event
+from ledger.services import event_append
+from piper.provenance import SourceType
+from piper.tenancy.models import Agent
+
+from ..clock import now_for, simulated_agent_ids
+from ..models import (
+    AgentClock,
+    EventCursor,
+    Firing,
+    Intention,
+    IntentionStatus,
+    OutboxMessage,
+    PendingItem,
+    Transition,
+    TriggerType,
+    Webhook,
+)
+from . import triggers
+
+logger = logging.getLogger(__name__)
+
+ARMED = (IntentionStatus.ACTIVE, IntentionStatus.BLOCKED)
+SCAN_CHUNK = 500
+EVENT_CHUNK = 1000
+REHEARSE_AFTER = timedelta(hours=getattr(settings, "PIPER_REHEARSE_AFTER_HOURS", 24))
+
+
+@dataclass(frozen=True)
+class Fired:
+    intention_id: uuid.UUID
+    occurrence: int
+    firing_id: uuid.UUID
+
+
+def record_transition(
+    intention: Intention,
+    to_status: str,
+    *,
+    at: datetime,
+    reason: str = "",
+    event: Event | None = None,
+    from_status: str | None = None,
+) -> None:
+    Transition.objects.create(
+        intention=intention,
+        from_status=intention.status if from_status is None else from_status,
+        to_status=to_status,
+        occurrence=intention.occurrence,
+        reason=reason,
+        at=at,
+        event=event,
+    )
+
+
+def fire(
+    *,
+    intention_id: uuid.UUID,
+    occurrence: int | None = None,
+    cause: str,
+    at: datetime,
+    cause_event: Event | None = None,
+) -> Fired | None:
+    """Make the intention due for its pending occurrence, unless it already is
+    (or is no longer armed). Returns what fired, or None. Idempotent."""
+    with transaction.atomic():
+        intention = (
+            Intention.objects.select_for_update(of=("self",))
+            .select_related("agent", "thread")
+            .filter(pk=intention_id)
+            .first()
+        )
+        if intention is None or intention.status not in ARMED:
+            return None
+        if occurrence is not None and intention.occurrence != occurrence:
+            return None
+        if Firing.objects.filter(intention=intention, occurrence=intention.occurrence).exists():
+            return None
+        event = event_append(
+            agent=intention.agent,
+            event_type="intention.fired",
+            payload={
+                "intention_id": str(intention.pk),
+                "occurrence": intention.occurrence,
+                "cause": cause,
+                "cause_event_id": str(cause_event.pk) if cause_event else None,
+                "fired_at": at.isoformat(),
+                "description": intention.description,
+            },
+            session_id=intention.inherited_by or intention.source_session,
+            source_type=SourceType.OBSERVATION,
+            parent_event_id=cause_event.pk if cause_event else None,
+        )
+        try:
+            with transaction.atomic():
+                firing = Firing.objects.create(
+                    agent=intention.agent,
+                    intention=intention,
+                    occurrence=intention.occurrence,
+                    fired_at=at,
+                    cause=cause,
+                    cause_event=cause_event,
+                    event=event,
+                )
+        except IntegrityError:  # fired by a racer that did not hold our lock: its firing stands
+            raise _AlreadyFired from None
+        changed = Intention.objects.filter(
+            pk=intention.pk, status=intention.status, occurrence=intention.occurrence
+        ).update(status=IntentionStatus.DUE, last_fired_at=at, updated_at=timezone.now())
+        if not changed:
+            raise _AlreadyFired
+        record_transition(
+            intention, IntentionStatus.DUE, at=at, reason=f"fired by {cause}", event=event
+        )
+        if intention.thread_id:
+            PendingItem.objects.get_or_create(
+                thread_id=intention.thread_id,
+                intention=intention,
+                kind=PendingItem.Kind.FIRED,
+                occurrence=intention.occurrence,
+                defaults={"agent": intention.agent, "added_at": at},
+            )
+        _queue_webhook(intention, firing)
+        return Fired(intention.pk, intention.occurrence, firing.pk)
+
+
+class _AlreadyFired(Exception):
+    pass
+
+
+def fire_safely(**kwargs) -> Fired | None:
+    """fire(), treating a lost race as 'already fired' (the winner's firing stands)."""
+    try:
+        return fire(**kwargs)
+    except _AlreadyFired:
+        return None
+
+
+def _queue_webhook(intention: Intention, firing: Firing) -> None:
+    hook = Webhook.objects.filter(agent_id=intention.agent_id, is_active=True).first()
+    if hook is None:
+        return
+    message = OutboxMessage.objects.create(
+        agent_id=intention.agent_id,
+        firing=firing,
+        payload={
+            "type": "intention.fired",
+            "firing_id": str(firing.pk),
+            "intention_id": str(intention.pk),
+            "occurrence": firing.occurrence,
+            "description": intention.description,
+            "priority": intention.priority,
+            "thread": intention.thread.key if intention.thread else None,
+            "fired_at": firing.fired_at.isoformat(),
+            "cause": firing.cause,
+        },
+    )
+    from ..tasks import deliver_outbox_message
+
+    transaction.on_commit(lambda: deliver_outbox_message.delay(str(message.pk)))
+
+
+# --------------------------------------------------------------------------- scans
+
+
+def _agents_on(agent: Agent | None) -> Q:
+    """Which intentions a scan looks at: one agent's, or every wall-clock agent's."""
+    if agent is not None:
+        return Q(agent=agent)
+    return ~Q(agent_id__in=simulated_agent_ids())
+
+
+def scan_time(
+    *, agent: Agent | None = None, now: datetime | None = None, chunk: int = SCAN_CHUNK
+) -> list[Fired]:
+    """Fire every time-triggered intention whose moment has come; expire those
+    past expires_at. With `agent`, that agent at its own clock.
+
+    Each firing is its own short transaction (fire() locks and re-checks), so
+    two scanners racing over the same rows waste a little work, never fire twice,
+    and never hold one agent's ledger lock for a whole chunk.
+    """
+    now = now or (now_for(agent.pk) if agent else timezone.now())
+    fired: list[Fired] = []
+    scope = _agents_on(agent)
+    after = None
+    while True:
+        candidates = (
+            Intention.objects.filter(
+                scope, status=IntentionStatus.ACTIVE, trigger_type=TriggerType.TIME, due_at__lte=now
+            )
+            .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
+            .order_by("due_at", "pk")
+        )
+        if after is not None:
+            candidates = candidates.filter(
+                Q(due_at__gt=after[0]) | Q(due_at=after[0], pk__gt=after[1])
+            )
+        rows = list(candidates.values_list("pk", "occurrence", "due_at")[:chunk])
+        for pk, occurrence, _ in rows:
+            if result := fire_safely(
+                intention_id=pk, occurrence=occurrence, cause=TriggerType.TIME, at=now
+            ):
+                fired.append(result)
+        if len(rows) < chunk:
+            break
+        after = (rows[-1][2], rows[-1][0])
+    expire_due(agent=agent, now=now)
+    return fired
+
+
+def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> int:
+    """Expiry is explicit: only intentions with an expires_at in the past."""
+    now = now or (now_for(agent.pk) if agent else timezone.now())
+    open_statuses = [
+        IntentionStatus.ACTIVE,
+        IntentionStatus.BLOCKED,
+        IntentionStatus.DUE,
+        IntentionStatus.EXECUTING,
+    ]
+    count = 0
+    with transaction.atomic():
+        for intention in Intention.objects.filter(
+            _agents_on(agent), status__in=open_statuses, expires_at__lte=now
+        ).select_for_update(skip_locked=True)[:SCAN_CHUNK]:
+            record_transition(
+                intention, IntentionStatus.EXPIRED, at=now, reason="expires_at passed"
+            )
+            Intention.objects.filter(pk=intention.pk, status=intention.status).update(
+                status=IntentionStatus.EXPIRED, updated_at=timezone.now()
+            )
+            count += 1
+    return count
+
+
+def match_events(*, agent_id: uuid.UUID) -> list[Fired]:
+    """Match the agent's ledger events not yet read against its armed event
+    triggers. The cursor row is locked while reading, so two workers never
+    read the same events; a firing would still be unique if they did."""
+    fired: list[Fired] = []
+    while True:
+        with transaction.atomic():
+            EventCursor.objects.get_or_create(agent_id=agent_id)
+            cursor = EventCursor.objects.select_for_update().get(agent_id=agent_id)
+            # Read the head first: events appended after it wait for the next run.
+            head = (
+                ChainHead.objects.filter(agent_id=agent_id)
+                .values_list("last_seq", flat=True)
+                .first()
+                or 0
+            )
+            armed = list(
+                Intention.objects.filter(
+                    agent_id=agent_id, status=IntentionStatus.ACTIVE, trigger_type=TriggerType.EVENT
+                ).only("pk", "occurrence", "trigger_spec", "armed_after_seq")
+            )
+            if not armed:  # nothing can match: skip to the head
+                EventCursor.objects.filter(pk=agent_id, last_seq__lt=head).update(last_seq=head)
+                return fired
+            # No armed intention matches events from before it was armed.
+            start = max(cursor.last_seq, min(i.armed_after_seq for i in armed))
+            events = list(
+                Event.objects.filter(agent_id=agent_id, seq__gt=start, seq__lte=head)
+                .exclude(event_type="intention.fired")
+                .order_by("seq")[:EVENT_CHUNK]
+            )
+            now = now_for(agent_id)
+            for event in events:
+                for intention in list(armed):
+                    if event.seq > intention.armed_after_seq and triggers.event_matches(
+                        intention.trigger_spec, event
+                    ):
+                        result = fire_safely(
+                            intention_id=intention.pk,
+                            occurrence=intention.occurrence,
+                            cause=TriggerType.EVENT,
+                            at=now,
+                            cause_event=event,
+                        )
+                        if result:
+                            fired.append(result)
+                        armed.remove(intention)  # fired (by us or a racer): no longer armed
+            done = len(events) < EVENT_CHUNK
+            EventCursor.objects.filter(pk=agent_id).update(
+                last_seq=head if done else events[-1].seq
+            )
+        if done:
+            return fired
+
+
+def check_states(*, agent: Agent | None = None, now: datetime | None = None) -> list[Fired]:
+    """Fire state-triggered intentions whose condition holds over current facts."""
+    from facts import selectors as facts_selectors
+    from piper.errors import NotFound
+
+    fired: list[Fired] = []
+    armed = (
+        Intention.objects.filter(
+            _agents_on(agent), status=IntentionStatus.ACTIVE, trigger_type=TriggerType.STATE
+        )
+        .select_related("agent")
+        .order_by("agent_id")
+    )
+    for intention in armed.iterator(chunk_size=SCAN_CHUNK):
+        at = now or now_for(intention.agent_id)
+        spec = intention.trigger_spec
+        try:
+            subject = facts_selectors.entity_resolve(agent=intention.agent, ref=spec["subject"])
+            predicate = facts_selectors.predicate_get(agent=intention.agent, name=spec["predicate"])
+            values = [
+                f.object_value if f.object_entity_id is None else f.object_entity.name
+                for f in facts_selectors.facts_as_of(
+                    agent=intention.agent, subject=subject, predicate=predicate, valid_time=at
+                )
+            ]
+        except NotFound:
+            values = []
+        op = spec.get("op", "eq")
+        if op == "absent":
+            holds = not values
+        elif op == "exists":
+            holds = bool(values)
+        else:
+            holds = any(triggers.condition_holds(op, True, v, spec.get("value")) for v in values)
+        if holds and (
+            result := fire_safely(
+                intention_id=intention.pk,
+                occurrence=intention.occurrence,
+                cause=TriggerType.STATE,
+                at=at,
+            )
+        ):
+            fired.append(result)
+    return fired
+
+
+def release_dependents(*, intention: Intention, at: datetime) -> list[Fired]:
+    """An intention completed: fire the blocked ones whose dependencies are now all done."""
+    fired = []
+    for dependent in Intention.objects.filter(
+        dependency_links__depends_on=intention, status=IntentionStatus.BLOCKED
+    ):
+        unmet = dependent.dependency_links.exclude(
+            depends_on__status=IntentionStatus.COMPLETED
+        ).exists()
+        if not unmet and (
+            result := fire_safely(
+                intention_id=dependent.pk,
+                occurrence=dependent.occurrence,
+                cause=TriggerType.DEPENDENCY,
+                at=at,
+            )
+        ):
+            fired.append(result)
+    return fired
+
+
+def rehearse(*, agent: Agent | None = None, now: datetime | None = None) -> int:
+    """Re-surface intentions pending longer than REHEARSE_AFTER into their thread's
+    working state, so nothing waits unseen."""
+    count = 0
+    candidates = Intention.objects.filter(_agents_on(agent), status__in=ARMED, thread__isnull=False)
+    for intention in candidates.iterator(chunk_size=SCAN_CHUNK):
+        at = now or now_for(intention.agent_id)
+        # Set at creation (the agent had it in mind then), on the engine's clock.
+        seen = intention.last_rehearsed_at or intention.created_at
+        if at - seen < REHEARSE_AFTER:
+            continue
+        with transaction.atomic():
+            changed = Intention.objects.filter(
+                pk=intention.pk, last_rehearsed_at=intention.last_rehearsed_at
+            ).update(last_rehearsed_at=at)
+            if not changed:
+                continue
+            item, created = PendingItem.objects.get_or_create(
+                thread_id=intention.thread_id,
+                intention=intention,
+                kind=PendingItem.Kind.REHEARSED,
+                occurrence=intention.occurrence,
+                defaults={"agent_id": intention.agent_id, "added_at": at},
+            )
+            if not created:
+                PendingItem.objects.filter(pk=item.pk).update(added_at=at, cleared_at=None)
+            count += 1
+    return count
+
+
+def tick(*, agent: Agent) -> dict:
+    """One engine cycle for one agent at its own clock (the battery's simulated time)."""
+    now = now_for(agent.pk)
+    return {
+        "now": now,
+        "time": scan_time(agent=agent, now=now),
+        "events": match_events(agent_id=agent.pk),
+        "states": check_states(agent=agent, now=now),
+        "rehearsed": rehearse(agent=agent, now=now),
+    }
+
+
+def clock_set(*, agent: Agent, now: datetime) -> AgentClock:
+    clock, _ = AgentClock.objects.update_or_create(agent=agent, defaults={"now": now})
+    return clock

@@ -1,0 +1,434 @@
+"""Intentions: make, start, complete, skip, fail, cancel, expire, fire by hand.
+
+Every change is a compare-and-set on the status under a row lock, recorded as
+a Transition and a ledger event. Completed one-shot and cancelled intentions
+never come back (and PostgreSQL refuses it too); a recurring intention moves
+to its next occurrence only after this one is completed or skipped.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from ledger.services import event_append, json_storage_error
+from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
+from piper.provenance import SourceType
+from piper.tenancy.models import Agent
+
+from ..clock import now_for
+from ..models import (
+    TERMINAL,
+    TRANSITIONS,
+    Intention,
+    IntentionDependency,
+    IntentionStatus,
+    Thread,
+    TriggerType,
+)
+from . import engine, triggers
+
+
+@dataclass(frozen=True)
+class IntentionInput:
+    description: str
+    trigger_type: str
+    trigger_spec: dict = field(default_factory=dict)
+    thread: Thread | None = None
+    priority: int = 0
+    not_before: datetime | None = None
+    due_at: datetime | None = None
+    rrule: str = ""
+    expires_at: datetime | None = None
+    dependencies: Sequence[uuid.UUID] = ()
+    required_context: list = field(default_factory=list)
+    completion_criteria: str = ""
+    retry_policy: dict = field(default_factory=dict)
+    escalation_policy: dict = field(default_factory=dict)
+    source_session: str = ""
+
+
+def _ledger(intention: Intention, event_type: str, payload: dict):
+    return event_append(
+        agent=intention.agent,
+        event_type=event_type,
+        payload={"intention_id": str(intention.pk), **payload},
+        session_id=intention.inherited_by or intention.source_session,
+        source_type=SourceType.AGENT_INFERENCE,
+    )
+
+
+def _check_times(data: IntentionInput) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    for name in ("not_before", "due_at", "expires_at"):
+        moment = getattr(data, name)
+        if moment is not None and moment.tzinfo is None:
+            errors[name] = ["must carry a time zone, e.g. 2026-01-31T09:00:00Z"]
+    if errors:
+        return errors
+    if data.not_before and data.due_at and data.due_at < data.not_before:
+        errors["due_at"] = ["must not be before not_before"]
+    if data.trigger_type == TriggerType.TIME and data.due_at is None and data.not_before is None:
+        errors["due_at"] = ["a time trigger needs due_at (or not_before)"]
+    if data.rrule and data.trigger_type != TriggerType.TIME:
+        errors["rrule"] = ["recurrence applies to time triggers"]
+    return errors
+
+
+def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
+    """Make an intention. Raises InvalidInput (bad spec, times, rrule),
+    Unprocessable (unknown dependency), before writing anything. A dependency
+    intention whose dependencies are already complete fires at once."""
+    if not isinstance(data.description, str) or not data.description.strip():
+        raise InvalidInput("describe what is to be done", details={"description": ["required"]})
+    spec = triggers.validate_spec(data.trigger_type, data.trigger_spec)
+    errors = _check_times(data)
+    if errors:
+        name, messages = next(iter(errors.items()))
+        raise InvalidInput(f"{name}: {messages[0]}", details=errors)
+    for name in ("required_context", "retry_policy", "escalation_policy"):
+        if problem := json_storage_error(getattr(data, name), path=name):
+            raise InvalidInput(problem, details={name: [problem]})
+    if data.thread is not None and data.thread.agent_id != agent.pk:
+        raise NotFound(f"thread {data.thread.pk} not found")
+    due_at = data.due_at
+    if data.rrule:
+        start = data.due_at or data.not_before
+        due_at = triggers.occurrences_exist(data.rrule, start)
+    dependency_ids = list(dict.fromkeys(data.dependencies))
+    if data.trigger_type == TriggerType.DEPENDENCY and not dependency_ids:
+        raise InvalidInput(
+            "a dependency trigger needs dependencies", details={"dependencies": ["required"]}
+        )
+    with transaction.atomic():
+        dependencies = _own_intentions(agent, dependency_ids)
+        intention = Intention(
+            agent=agent,
+            thread=data.thread,
+            description=data.description.strip(),
+            priority=data.priority,
+            trigger_type=data.trigger_type,
+            trigger_spec=spec,
+            not_before=data.not_before,
+            due_at=due_at,
+            rrule=data.rrule,
+            expires_at=data.expires_at,
+            required_context=data.required_context,
+            completion_criteria=data.completion_criteria,
+            retry_policy=data.retry_policy,
+            escalation_policy=data.escalation_policy,
+            source_session=data.source_session,
+            status=IntentionStatus.BLOCKED if dependencies else IntentionStatus.ACTIVE,
+            last_rehearsed_at=now_for(agent.pk),
+        )
+        intention.source_event = event_append(
+            agent=agent,
+            event_type="intention.created",
+            payload={
+                "intention_id": str(intention.pk),
+                "description": intention.description,
+                "trigger_type": intention.trigger_type,
+                "trigger_spec": spec,
+                "due_at": due_at.isoformat() if due_at else None,
+                "not_before": data.not_before.isoformat() if data.not_before else None,
+                "rrule": data.rrule,
+                "dependencies": [str(d.pk) for d in dependencies],
+                "thread_id": str(data.thread.pk) if data.thread else None,
+            },
+            session_id=data.source_session,
+            source_type=SourceType.AGENT_INFERENCE,
+        )
+        # Event triggers match only what happens after the intention exists.
+        intention.armed_after_seq = intention.source_event.seq
+        intention.save(force_insert=True)
+        IntentionDependency.objects.bulk_create(
+            [IntentionDependency(intention=intention, depends_on=d) for d in dependencies]
+        )
+        engine.record_transition(
+            intention,
+            intention.status,
+            at=now_for(agent.pk),
+            reason="created",
+            event=intention.source_event,
+            from_status="",
+        )
+        if dependencies and all(d.status == IntentionStatus.COMPLETED for d in dependencies):
+            engine.fire_safely(
+                intention_id=intention.pk, cause=TriggerType.DEPENDENCY, at=now_for(agent.pk)
+            )
+    intention.refresh_from_db()
+    return intention
+
+
+def _own_intentions(agent: Agent, ids: Sequence[uuid.UUID]) -> list[Intention]:
+    found = {i.pk: i for i in Intention.objects.filter(agent=agent, pk__in=ids)}
+    missing = [str(i) for i in ids if i not in found]
+    if missing:
+        raise Unprocessable(
+            f"dependency {missing[0]} does not exist",
+            code="unknown_intention",
+            details={"dependencies": missing},
+        )
+    return [found[i] for i in ids]
+
+
+def intention_set_dependencies(
+    *, agent: Agent, intention: Intention, dependencies: Sequence[uuid.UUID]
+) -> Intention:
+    """Replace what an armed intention waits for. A cycle is refused (422)."""
+    ids = list(dict.fromkeys(dependencies))
+    with transaction.atomic():
+        locked = _locked(agent, intention.pk)
+        if locked.status not in (IntentionStatus.ACTIVE, IntentionStatus.BLOCKED):
+            raise Conflict(
+                f"intention is {locked.status}; only a waiting one can change what it waits for",
+                code="not_armed",
+            )
+        targets = _own_intentions(agent, ids)
+        if locked.pk in ids or _reaches(ids, locked.pk):
+            raise Unprocessable(
+                "these dependencies would make a cycle: an intention would wait for itself",
+                code="dependency_cycle",
+                details={"dependencies": [str(i) for i in ids]},
+            )
+        IntentionDependency.objects.filter(intention=locked).delete()
+        IntentionDependency.objects.bulk_create(
+            [IntentionDependency(intention=locked, depends_on=t) for t in targets]
+        )
+        _ledger(locked, "intention.dependencies_set", {"dependencies": [str(i) for i in ids]})
+        unmet = [t for t in targets if t.status != IntentionStatus.COMPLETED]
+        now = now_for(agent.pk)
+        if locked.trigger_type == TriggerType.DEPENDENCY or targets:
+            if unmet and locked.status == IntentionStatus.ACTIVE:
+                _move(locked, IntentionStatus.BLOCKED, now, "waiting for dependencies")
+            elif not unmet and locked.status == IntentionStatus.BLOCKED:
+                if locked.trigger_type == TriggerType.DEPENDENCY:
+                    engine.fire_safely(intention_id=locked.pk, cause=TriggerType.DEPENDENCY, at=now)
+                else:
+                    _move(locked, IntentionStatus.ACTIVE, now, "dependencies met")
+    locked.refresh_from_db()
+    return locked
+
+
+def _reaches(starts: Sequence[uuid.UUID], target: uuid.UUID) -> bool:
+    """Does any of `starts` (transitively) depend on `target`?"""
+    if not starts:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE reach(id) AS (
+                SELECT unnest(%s::uuid[])
+                UNION
+                SELECT d.depends_on_id FROM intentions_intentiondependency d JOIN reach r ON d.intention_id = r.id
+            )
+            SELECT EXISTS (SELECT 1 FROM reach WHERE id = %s)
+            """,
+            [list(starts), target],
+        )
+        return cursor.fetchone()[0]
+
+
+def _locked(agent: Agent, intention_id: uuid.UUID) -> Intention:
+    intention = (
+        Intention.objects.select_for_update(of=("self",))
+        .select_related("agent", "source_event")
+        .filter(agent=agent, pk=intention_id)
+        .first()
+    )
+    if intention is None:
+        raise NotFound(f"intention {intention_id} not found")
+    return intention
+
+
+def _move(intention: Intention, to_status: str, at: datetime, reason: str, **fields: Any) -> None:
+    if to_status not in TRANSITIONS[intention.status]:
+        raise Conflict(
+            f"intention is {intention.status}; it cannot become {to_status}",
+            code="invalid_transition",
+            details={"status": intention.status, "to": to_status},
+        )
+    event_type = (
+        "intention.rearmed" if to_status == IntentionStatus.ACTIVE else f"intention.{to_status}"
+    )
+    event = _ledger(
+        intention,
+        event_type,
+        {
+            "from": intention.status,
+            "to": to_status,
+            "reason": reason,
+            "occurrence": intention.occurrence,
+        },
+    )
+    engine.record_transition(intention, to_status, at=at, reason=reason, event=event)
+    changed = Intention.objects.filter(pk=intention.pk, status=intention.status).update(
+        status=to_status, updated_at=timezone.now(), **fields
+    )
+    if not changed:  # cannot happen under the row lock; guard anyway
+        raise Conflict("intention changed concurrently; retry", code="concurrent_change")
+    intention.status = to_status
+    for name, value in fields.items():
+        setattr(intention, name, value)
+
+
+def intention_start(*, agent: Agent, intention_id: uuid.UUID) -> Intention:
+    """The agent starts on a due intention."""
+    with transaction.atomic():
+        intention = _locked(agent, intention_id)
+        _move(intention, IntentionStatus.EXECUTING, now_for(agent.pk), "started")
+    return intention
+
+
+def intention_complete(*, agent: Agent, intention_id: uuid.UUID, evidence: Any = None) -> Intention:
+    """Done. A recurring intention moves on to its next occurrence (or ends when
+    the rule has none); dependents whose dependencies are all done fire.
+    Completing a cancelled or expired intention is a Conflict."""
+    return _finish(agent, intention_id, evidence=evidence, skipped=False)
+
+
+def intention_skip(*, agent: Agent, intention_id: uuid.UUID, reason: str = "") -> Intention:
+    """Skip this occurrence of a recurring intention: it moves to the next."""
+    return _finish(agent, intention_id, evidence={"skipped": True, "reason": reason}, skipped=True)
+
+
+def _finish(agent: Agent, intention_id: uuid.UUID, *, evidence: Any, skipped: bool) -> Intention:
+    if evidence is not None and (problem := json_storage_error(evidence, path="evidence")):
+        raise InvalidInput(problem, details={"evidence": [problem]})
+    with transaction.atomic():
+        intention = _locked(agent, intention_id)
+        if skipped and not intention.rrule:
+            raise Conflict(
+                "only a recurring intention can skip an occurrence; cancel a one-shot",
+                code="not_recurring",
+            )
+        if intention.status in TERMINAL:
+            raise Conflict(
+                f"intention is {intention.status}; it cannot be completed",
+                code="invalid_transition",
+                details={"status": intention.status, "to": "completed"},
+            )
+        now = now_for(agent.pk)
+        _move(
+            intention,
+            IntentionStatus.COMPLETED,
+            now,
+            "skipped" if skipped else "completed",
+            completion_evidence=evidence,
+        )
+        if intention.rrule:
+            this_one = intention.due_at or intention.not_before
+            following = triggers.next_occurrence(intention.rrule, _first_start(intention), this_one)
+            if following is not None and (
+                intention.expires_at is None or following < intention.expires_at
+            ):
+                _move(
+                    intention,
+                    IntentionStatus.ACTIVE,
+                    now,
+                    "next occurrence",
+                    due_at=following,
+                    occurrence=intention.occurrence + 1,
+                    completion_evidence=None,
+                )
+        if not skipped:
+            engine.release_dependents(intention=intention, at=now)
+    intention.refresh_from_db()
+    return intention
+
+
+def _first_start(intention: Intention) -> datetime:
+    """The recurrence's anchor: the first occurrence's due time, from the creation event."""
+    payload = intention.source_event.payload
+    return (
+        parse_datetime(payload.get("due_at") or payload.get("not_before") or "") or intention.due_at
+    )
+
+
+def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Intention:
+    """The attempt failed. Within retry_policy.max_retries it is re-armed after
+    backoff_seconds; beyond them it stays due for someone to escalate."""
+    with transaction.atomic():
+        intention = _locked(agent, intention_id)
+        if intention.status not in (IntentionStatus.DUE, IntentionStatus.EXECUTING):
+            raise Conflict(
+                f"intention is {intention.status}; only a due or executing one can fail",
+                code="invalid_transition",
+            )
+        attempts = intention.transitions.filter(
+            reason__startswith="failed", occurrence=intention.occurrence
+        ).count()
+        policy = intention.retry_policy or {}
+        now = now_for(agent.pk)
+        if (
+            attempts < int(policy.get("max_retries", 0))
+            and intention.trigger_type == TriggerType.TIME
+        ):
+            backoff = timedelta(seconds=int(policy.get("backoff_seconds", 60)) * (2**attempts))
+            # A retry is a new occurrence: it may fire again, exactly once.
+            _move(
+                intention,
+                IntentionStatus.ACTIVE,
+                now,
+                f"failed: {reason}; retry {attempts + 1}",
+                due_at=now + backoff,
+                occurrence=intention.occurrence + 1,
+            )
+        elif intention.status == IntentionStatus.EXECUTING:
+            _move(
+                intention,
+                IntentionStatus.DUE,
+                now,
+                f"failed: {reason}; escalate",
+            )
+        else:
+            _ledger(
+                intention,
+                "intention.failed",
+                {"reason": reason, "escalate": intention.escalation_policy},
+            )
+    intention.refresh_from_db()
+    return intention
+
+
+def intention_cancel(*, agent: Agent, intention_id: uuid.UUID, reason: str = "") -> Intention:
+    """Cancelled intentions never fire again. Idempotent for a cancelled one."""
+    with transaction.atomic():
+        intention = _locked(agent, intention_id)
+        if intention.status == IntentionStatus.CANCELLED:
+            return intention
+        _move(intention, IntentionStatus.CANCELLED, now_for(agent.pk), reason or "cancelled")
+    return intention
+
+
+def intention_expire(*, agent: Agent, intention_id: uuid.UUID) -> Intention:
+    with transaction.atomic():
+        intention = _locked(agent, intention_id)
+        _move(intention, IntentionStatus.EXPIRED, now_for(agent.pk), "expired by request")
+    return intention
+
+
+def intention_fire(*, agent: Agent, intention_id: uuid.UUID) -> Intention:
+    """Fire a manual intention (or any armed one) now."""
+    intention = Intention.objects.filter(agent=agent, pk=intention_id).first()
+    if intention is None:
+        raise NotFound(f"intention {intention_id} not found")
+    if intention.status not in (IntentionStatus.ACTIVE, IntentionStatus.BLOCKED):
+        raise Conflict(
+            f"intention is {intention.status}; only an armed one can fire", code="not_armed"
+        )
+    engine.fire_safely(
+        intention_id=intention.pk,
+        occurrence=intention.occurrence,
+        cause=TriggerType.MANUAL,
+        at=now_for(agent.pk),
+    )
+    intention.refresh_from_db()
+    return intention

@@ -1,0 +1,435 @@
+"""Working state: versioned checkpoints per thread, and succession handover.
+
+Every write is a new version and a ledger event. A write names the version
+it was based on; if another write got in first, it answers 409 (optimistic
+concurrency) instead of silently overwriting. During a handover the thread
+is frozen: only the named successor, after resuming, can take it over.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Case, IntegerField, Q, Value, When
+from django.utils.dateparse import parse_datetime
+
+from ledger.services import EventDraft, event_append, json_storage_error
+from piper.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from piper.provenance import SourceType
+from piper.tenancy.models import Agent
+
+from ..clock import now_for
+from ..models import (
+    MAX_STATE_BYTES,
+    Handover,
+    Intention,
+    IntentionStatus,
+    PendingItem,
+    Thread,
+    WorkingState,
+)
+
+TEXT = "text"
+TEXT_LIST = "list of text"
+ITEMS = "list of objects"
+ANY = "any JSON"
+
+# The checkpoint's fields and their shapes. A working set, not a transcript.
+STATE_FIELDS: dict[str, str] = {
+    "goal": TEXT,
+    "subgoal": TEXT,
+    "goal_stack": TEXT_LIST,
+    "plan": ANY,
+    "assumptions": TEXT_LIST,
+    "unresolved_questions": TEXT_LIST,
+    "artifacts": ITEMS,  # {name, ref, checked_at, freshness_seconds, …}
+    "tool_handles": ITEMS,  # same shape as artifacts
+    "last_action": ANY,
+    "last_observation": ANY,
+    "blockers": TEXT_LIST,
+    "decision_points": ANY,
+    "failed_branches": ITEMS,  # {branch, reason, …}: not to be retried
+    "next_action": ANY,
+    "source_session": TEXT,
+}
+EXTERNAL = ("artifacts", "tool_handles")
+
+
+def _state_errors(state: Any) -> dict[str, list[str]]:
+    if not isinstance(state, dict):
+        return {"state": ["must be a JSON object"]}
+    errors: dict[str, list[str]] = {}
+    for key, value in state.items():
+        shape = STATE_FIELDS.get(key)
+        if shape is None:
+            errors[key] = [f"unknown field; allowed: {', '.join(STATE_FIELDS)}"]
+        elif value is None or shape == ANY:
+            continue
+        elif shape == TEXT and not isinstance(value, str):
+            errors[key] = ["must be text"]
+        elif shape == TEXT_LIST and not (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
+            errors[key] = ["must be a list of text"]
+        elif shape == ITEMS and not (
+            isinstance(value, list) and all(isinstance(v, dict) for v in value)
+        ):
+            errors[key] = ["must be a list of objects"]
+    for key in EXTERNAL:
+        for index, item in enumerate(state.get(key) or []):
+            if not isinstance(item, dict):
+                continue
+            checked = item.get("checked_at")
+            if checked is not None and (not isinstance(checked, str) or not _aware(checked)):
+                errors.setdefault(key, []).append(
+                    f"[{index}].checked_at: an ISO 8601 time with a zone"
+                )
+            fresh = item.get("freshness_seconds")
+            if fresh is not None and (
+                isinstance(fresh, bool) or not isinstance(fresh, int) or fresh < 0
+            ):
+                errors.setdefault(key, []).append(
+                    f"[{index}].freshness_seconds: a whole number ≥ 0"
+                )
+    if not errors and (problem := json_storage_error(state, path="state")):
+        errors["state"] = [problem]
+    return errors
+
+
+def _aware(text: str) -> bool:
+    try:
+        parsed = parse_datetime(text)
+    except ValueError:
+        return False
+    return parsed is not None and parsed.tzinfo is not None
+
+
+def _size(state: dict) -> int:
+    return len(json.dumps(state, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _ledger(agent: Agent, event_type: str, payload: dict, session_id: str = "") -> Any:
+    return event_append(
+        agent=agent,
+        event_type=event_type,
+        payload=payload,
+        session_id=session_id,
+        source_type=SourceType.OBSERVATION,
+    )
+
+
+# ------------------------------------------------------------------------ threads
+
+
+def thread_get_or_create(*, agent: Agent, key: str, session_id: str = "") -> tuple[Thread, bool]:
+    """The agent's thread named `key`, created on first use (version 0, empty)."""
+    if not isinstance(key, str) or not key.strip() or len(key) > 200:
+        raise InvalidInput("thread key: 1-200 characters", details={"key": ["invalid"]})
+    key = key.strip()
+    existing = Thread.objects.filter(agent=agent, key=key).first()
+    if existing:
+        return existing, False
+    try:
+        with transaction.atomic():
+            return Thread.objects.create(agent=agent, key=key, session_id=session_id), True
+    except IntegrityError:  # created concurrently
+        return Thread.objects.get(agent=agent, key=key), False
+
+
+def _locked_thread(agent: Agent, thread_id) -> Thread:
+    thread = Thread.objects.select_for_update().filter(agent=agent, pk=thread_id).first()
+    if thread is None:
+        raise NotFound(f"thread {thread_id} not found")
+    return thread
+
+
+def working_state_write(
+    *, agent: Agent, thread: Thread, state: dict, based_on: int, session_id: str = ""
+) -> WorkingState:
+    """Write a new version. Raises InvalidInput (shape), PayloadTooLarge (over
+    MAX_STATE_BYTES), Conflict stale_version (another write got in after
+    `based_on`) or thread_frozen (a handover is open)."""
+    errors = _state_errors(state)
+    if errors:
+        name, messages = next(iter(errors.items()))
+        raise InvalidInput(f"{name}: {messages[0]}", details=errors)
+    size = _size(state)
+    if size > MAX_STATE_BYTES:
+        raise PayloadTooLarge(
+            f"working state is {size} bytes; the limit is {MAX_STATE_BYTES}. Keep the working "
+            "set (goal, plan, open questions…) and put transcripts in events or sources.",
+            code="state_too_large",
+            details={"limit_bytes": MAX_STATE_BYTES, "size_bytes": size},
+        )
+    if isinstance(based_on, bool) or not isinstance(based_on, int) or based_on < 0:
+        raise InvalidInput(
+            "based_on must be the version you read (0 for a new thread)",
+            details={"based_on": ["invalid"]},
+        )
+    with transaction.atomic():
+        locked = _locked_thread(agent, thread.pk)
+        if locked.status == Thread.Status.HANDING_OVER:
+            raise Conflict(
+                f"thread {locked.key!r} is frozen for a handover; the successor resumes and "
+                "acknowledges it first",
+                code="thread_frozen",
+            )
+        if locked.current_version != based_on:
+            raise Conflict(
+                f"working state is at version {locked.current_version}, not {based_on}: read it, "
+                "merge your change, and write again",
+                code="stale_version",
+                details={"current_version": locked.current_version, "based_on": based_on},
+            )
+        version = based_on + 1
+        event = _ledger(
+            agent,
+            "working_state.written",
+            {"thread_id": str(locked.pk), "thread": locked.key, "version": version, "state": state},
+            session_id,
+        )
+        written = WorkingState.objects.create(
+            agent=agent,
+            thread=locked,
+            version=version,
+            based_on=based_on,
+            state=state,
+            size_bytes=size,
+            session_id=session_id,
+            source_event=event,
+        )
+        Thread.objects.filter(pk=locked.pk).update(
+            current_version=version,
+            updated_at=event.recorded_at,
+            session_id=session_id or locked.session_id,
+        )
+        return written
+
+
+def working_state_current(*, thread: Thread) -> WorkingState | None:
+    return WorkingState.objects.filter(thread=thread).order_by("-version").first()
+
+
+# ----------------------------------------------------------------------- handover
+
+
+def handover_start(
+    *, agent: Agent, thread: Thread, to_session: str, from_session: str = "", note: str = ""
+) -> Handover:
+    """Freeze the thread and record the succession in the ledger. Conflict if a
+    handover is already open."""
+    if not isinstance(to_session, str) or not to_session.strip():
+        raise InvalidInput("name the inheriting session", details={"to_session": ["required"]})
+    with transaction.atomic():
+        locked = _locked_thread(agent, thread.pk)
+        if locked.status == Thread.Status.HANDING_OVER:
+            open_one = (
+                Handover.objects.filter(thread=locked)
+                .exclude(status=Handover.Status.ACKNOWLEDGED)
+                .first()
+            )
+            raise Conflict(
+                f"thread {locked.key!r} is already being handed over to {open_one.to_session!r}"
+                if open_one
+                else f"thread {locked.key!r} is already being handed over",
+                code="handover_open",
+            )
+        event = _ledger(
+            agent,
+            "thread.handover_started",
+            {
+                "thread_id": str(locked.pk),
+                "thread": locked.key,
+                "from_session": from_session or locked.session_id,
+                "to_session": to_session,
+                "frozen_version": locked.current_version,
+                "note": note,
+            },
+            from_session or locked.session_id,
+        )
+        Thread.objects.filter(pk=locked.pk).update(
+            status=Thread.Status.HANDING_OVER, updated_at=event.recorded_at
+        )
+        return Handover.objects.create(
+            agent=agent,
+            thread=locked,
+            from_session=from_session or locked.session_id,
+            to_session=to_session,
+            frozen_version=locked.current_version,
+            note=note,
+            succession_event=event,
+        )
+
+
+@dataclass
+class ResumePackage:
+    """What a successor needs, in the order it needs it."""
+
+    thread: Thread
+    handover: Handover | None
+    checkpoint: WorkingState | None
+    intentions: list[Intention]
+    recheck: list[dict]
+    failed_branches: list[dict]
+    pending: list[PendingItem]
+    now: datetime
+
+
+def thread_resume(*, agent: Agent, thread: Thread, session_id: str) -> ResumePackage:
+    """The checkpoint; active intentions (due and overdue first); external
+    dependencies to re-check; failed branches. During a handover only the
+    named successor may resume (Conflict otherwise)."""
+    now = now_for(agent.pk)
+    with transaction.atomic():
+        locked = _locked_thread(agent, thread.pk)
+        handover = (
+            Handover.objects.filter(thread=locked)
+            .exclude(status=Handover.Status.ACKNOWLEDGED)
+            .first()
+        )
+        if handover is not None:
+            if session_id != handover.to_session:
+                raise Conflict(
+                    f"thread {locked.key!r} is being handed over to {handover.to_session!r}, "
+                    f"not {session_id!r}",
+                    code="not_the_successor",
+                )
+            if handover.status == Handover.Status.PENDING:
+                event = _ledger(
+                    agent,
+                    "thread.resumed",
+                    {
+                        "thread_id": str(locked.pk),
+                        "handover_id": str(handover.pk),
+                        "session": session_id,
+                    },
+                    session_id,
+                )
+                Handover.objects.filter(pk=handover.pk).update(
+                    status=Handover.Status.RESUMED, resumed_at=event.recorded_at
+                )
+                handover.refresh_from_db()
+    checkpoint = working_state_current(thread=locked)
+    state = checkpoint.state if checkpoint else {}
+    return ResumePackage(
+        thread=locked,
+        handover=handover,
+        checkpoint=checkpoint,
+        intentions=list(_open_intentions(locked, now)),
+        recheck=_to_recheck(state, now),
+        failed_branches=list(state.get("failed_branches") or []),
+        pending=list(
+            PendingItem.objects.filter(thread=locked, cleared_at__isnull=True).select_related(
+                "intention"
+            )
+        ),
+        now=now,
+    )
+
+
+def _open_intentions(thread: Thread, now: datetime):
+    """Due first, then overdue, then by due time and priority."""
+    open_statuses = [
+        IntentionStatus.DUE,
+        IntentionStatus.EXECUTING,
+        IntentionStatus.ACTIVE,
+        IntentionStatus.BLOCKED,
+    ]
+    urgency = Case(
+        When(status=IntentionStatus.DUE, then=Value(0)),
+        When(status=IntentionStatus.EXECUTING, then=Value(1)),
+        When(Q(due_at__lte=now), then=Value(2)),
+        default=Value(3),
+        output_field=IntegerField(),
+    )
+    return (
+        Intention.objects.filter(thread=thread, status__in=open_statuses)
+        .annotate(urgency=urgency)
+        .order_by("urgency", "due_at", "-priority", "created_at")
+    )
+
+
+def _to_recheck(state: dict, now: datetime) -> list[dict]:
+    """Artifacts and tool handles whose last check is older than their declared freshness."""
+    stale = []
+    for kind in EXTERNAL:
+        for item in state.get(kind) or []:
+            checked, fresh = item.get("checked_at"), item.get("freshness_seconds")
+            if checked is None or fresh is None:
+                continue
+            age = now - parse_datetime(checked)
+            if age > timedelta(seconds=fresh):
+                stale.append({"kind": kind[:-1], **item, "age_seconds": int(age.total_seconds())})
+    return stale
+
+
+def thread_acknowledge(*, agent: Agent, thread: Thread, session_id: str) -> Handover:
+    """The successor confirms it has resumed: the handover is complete, the
+    thread is its, and the thread's intentions are inherited by it."""
+    with transaction.atomic():
+        locked = _locked_thread(agent, thread.pk)
+        handover = (
+            Handover.objects.select_for_update()
+            .filter(thread=locked)
+            .exclude(status=Handover.Status.ACKNOWLEDGED)
+            .first()
+        )
+        if handover is None:
+            raise Conflict(f"thread {locked.key!r} has no open handover", code="no_handover")
+        if session_id != handover.to_session:
+            raise Conflict(
+                f"only {handover.to_session!r} can acknowledge this handover",
+                code="not_the_successor",
+            )
+        if handover.status != Handover.Status.RESUMED:
+            raise Conflict(
+                "resume the thread before acknowledging the handover", code="not_resumed"
+            )
+        event = _ledger(
+            agent,
+            "thread.handover_acknowledged",
+            {"thread_id": str(locked.pk), "handover_id": str(handover.pk), "session": session_id},
+            session_id,
+        )
+        Handover.objects.filter(pk=handover.pk).update(
+            status=Handover.Status.ACKNOWLEDGED, acknowledged_at=event.recorded_at
+        )
+        Thread.objects.filter(pk=locked.pk).update(
+            status=Thread.Status.ACTIVE, session_id=session_id, updated_at=event.recorded_at
+        )
+        Intention.objects.filter(thread=locked).exclude(
+            status__in=[
+                IntentionStatus.COMPLETED,
+                IntentionStatus.CANCELLED,
+                IntentionStatus.EXPIRED,
+            ]
+        ).update(inherited_by=session_id)
+        handover.refresh_from_db()
+        return handover
+
+
+def pending_clear(*, agent: Agent, thread: Thread, item_ids: list[int]) -> int:
+    """The agent has seen these pending items: they leave the working state."""
+    from django.utils import timezone
+
+    return PendingItem.objects.filter(
+        agent=agent, thread=thread, pk__in=item_ids, cleared_at__isnull=True
+    ).update(cleared_at=timezone.now())
+
+
+__all__ = [
+    "EventDraft",
+    "ResumePackage",
+    "STATE_FIELDS",
+    "handover_start",
+    "pending_clear",
+    "thread_acknowledge",
+    "thread_get_or_create",
+    "thread_resume",
+    "working_state_current",
+    "working_state_write",
+]
