@@ -114,6 +114,9 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
     assert [(name, enabled) for name, _, _, enabled, _ in summary()] == [
         ("operator-job", True),
         ("piper:beat-heartbeat", True),
+        ("piper:intentions-engine", True),
+        ("piper:intentions-rehearse", True),
+        ("piper:intentions-webhook-retries", True),
         ("piper:purge-idempotency-records", True),
         ("piper:retired-job", False),
         ("piper:verify-ledger-chains", True),
