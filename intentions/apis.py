@@ -1,0 +1,715 @@
+"""Thin views over working state and prospective memory: validate, call a service
+or selector, serialize.
+
+Every write runs inside `idempotent_write` (one transaction; Idempotency-Key
+replays), so a refused write leaves nothing behind. What a write returns is
+read back through the selectors, so it equals what a later read shows.
+Another agent's thread or intention is a 404, exactly like one that never existed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from piper.api.idempotency import idempotent_write
+from piper.api.pagination import NewestIdCursorPagination, StrictCursorPagination
+from piper.errors import InvalidInput, NotFound, Unprocessable
+from piper.tenancy.models import Agent, Scope
+
+from . import selectors
+from .clock import now_for
+from .models import AgentClock, Thread, TriggerType, Webhook
+from .serializers import (
+    ClockInputSerializer,
+    ClockOutputSerializer,
+    CompleteInputSerializer,
+    CursorQuerySerializer,
+    DependenciesInputSerializer,
+    EmptyInputSerializer,
+    FailInputSerializer,
+    HandoverInputSerializer,
+    HandoverOutputSerializer,
+    IntentionCreateInputSerializer,
+    IntentionDetailOutputSerializer,
+    IntentionDueQuerySerializer,
+    IntentionListQuerySerializer,
+    IntentionOutputSerializer,
+    IntentionPageSerializer,
+    PendingClearInputSerializer,
+    PendingClearOutputSerializer,
+    ReasonInputSerializer,
+    ResumeOutputSerializer,
+    SessionInputSerializer,
+    ThreadCreateInputSerializer,
+    ThreadDetailOutputSerializer,
+    ThreadListQuerySerializer,
+    ThreadOutputSerializer,
+    TickOutputSerializer,
+    WebhookInputSerializer,
+    WebhookOutputSerializer,
+    WorkingStateOutputSerializer,
+    WorkingStatePageSerializer,
+    WorkingStateQuerySerializer,
+    WorkingStateWriteInputSerializer,
+    page_of,
+)
+from .services import engine, lifecycle, state
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="A retry with the same key returns the first answer and writes nothing.",
+)
+BATTERY_NOTE = (
+    " This endpoint exists for the Memory Battery: only a throwaway agent (one a battery run "
+    "created) may use it; any other agent gets 403 battery_only."
+)
+ThreadPageSerializer = page_of(ThreadOutputSerializer, "ThreadPageSerializer")
+
+
+def _query(serializer_class, request) -> dict:
+    params = serializer_class(data={k: v for k, v in request.query_params.items()})
+    params.is_valid(raise_exception=True)
+    return params.validated_data
+
+
+def _body(serializer_class, request) -> dict:
+    if not isinstance(request.data, dict):
+        raise InvalidInput("send a JSON object", details={"body": ["expected a JSON object"]})
+    params = serializer_class(data=request.data)
+    params.is_valid(raise_exception=True)
+    return params.validated_data
+
+
+def _battery_only(agent: Agent, what: str) -> None:
+    if not agent.is_throwaway:
+        raise exceptions.PermissionDenied(
+            f"{what} is only for the Memory Battery's throwaway agents; agent {agent.name!r} "
+            "runs on the wall clock and its engine runs on celery-beat",
+            code="battery_only",
+        )
+
+
+# ------------------------------------------------------------------------- threads
+
+
+class VersionPagination(StrictCursorPagination):
+    ordering = "-version"
+
+
+def _thread_detail(thread: Thread) -> dict:
+    return {
+        "thread": thread,
+        "checkpoint": selectors.working_state_get(thread=thread),
+        "pending": list(selectors.pending_items(thread=thread)),
+        "handover": selectors.handover_open(thread=thread),
+    }
+
+
+class ThreadListApi(APIView):
+    @extend_schema(
+        parameters=[ThreadListQuerySerializer],
+        responses=ThreadPageSerializer,
+        operation_id="v1_threads_list",
+        summary="This agent's threads, newest first (cursor pagination)",
+    )
+    def get(self, request):
+        params = _query(ThreadListQuerySerializer, request)
+        paginator = NewestIdCursorPagination()
+        page = paginator.paginate_queryset(
+            selectors.thread_list(agent=request.user, status=params.get("status")),
+            request,
+            view=self,
+        )
+        return paginator.get_paginated_response(ThreadOutputSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=ThreadCreateInputSerializer,
+        responses={
+            201: ThreadDetailOutputSerializer,
+            200: OpenApiResponse(
+                ThreadDetailOutputSerializer, description="The thread already existed."
+            ),
+        },
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Get or create the thread named key",
+        description="201 with a new thread (version 0, an empty working state); 200 with the "
+        "existing one, whose session is left as it is. The answer is the thread's detail: its "
+        "checkpoint, pending items and open handover.",
+    )
+    def post(self, request):
+        def write():
+            data = _body(ThreadCreateInputSerializer, request)
+            thread, created = state.thread_get_or_create(agent=request.user, **data)
+            thread = selectors.thread_get(agent=request.user, thread_id=thread.pk)
+            return Response(
+                ThreadDetailOutputSerializer(_thread_detail(thread)).data,
+                status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+            )
+
+        return idempotent_write(request, write)
+
+
+class ThreadDetailApi(APIView):
+    @extend_schema(
+        responses=ThreadDetailOutputSerializer,
+        operation_id="v1_threads_retrieve",
+        summary="One thread: its current checkpoint and version, pending items, open handover",
+    )
+    def get(self, request, thread_id):
+        thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
+        return Response(ThreadDetailOutputSerializer(_thread_detail(thread)).data)
+
+
+class ThreadStateApi(APIView):
+    @extend_schema(
+        parameters=[WorkingStateQuerySerializer],
+        responses=WorkingStateOutputSerializer,
+        operation_id="v1_threads_state_retrieve",
+        summary="The thread's working state (?version=N for an earlier one)",
+        description="Version 0 is the empty state every thread starts from. A version the "
+        "thread never had is 404.",
+    )
+    def get(self, request, thread_id):
+        thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
+        params = _query(WorkingStateQuerySerializer, request)
+        checkpoint = selectors.working_state_get(thread=thread, version=params.get("version"))
+        return Response(WorkingStateOutputSerializer(checkpoint).data)
+
+    @extend_schema(
+        request=WorkingStateWriteInputSerializer,
+        responses={201: WorkingStateOutputSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Write a new version of the working state",
+        description="Send the whole state and the version it was based on. 409 stale_version "
+        "(details.current_version) when another write got in first: read, merge, write "
+        "again. 409 thread_frozen during a handover. 413 state_too_large over 64 KiB. 400 "
+        "for an unknown field or a field of the wrong shape. A refused write writes nothing.",
+    )
+    def put(self, request, thread_id):
+        def write():
+            thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
+            data = _body(WorkingStateWriteInputSerializer, request)
+            written = state.working_state_write(agent=request.user, thread=thread, **data)
+            return Response(
+                WorkingStateOutputSerializer(written).data, status=status.HTTP_201_CREATED
+            )
+
+        return idempotent_write(request, write)
+
+
+class ThreadVersionsApi(APIView):
+    @extend_schema(
+        parameters=[CursorQuerySerializer],
+        responses=WorkingStatePageSerializer,
+        operation_id="v1_threads_versions_list",
+        summary="Every version of the thread's working state, newest first (cursor pagination)",
+    )
+    def get(self, request, thread_id):
+        thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
+        _query(CursorQuerySerializer, request)
+        paginator = VersionPagination()
+        page = paginator.paginate_queryset(
+            selectors.working_state_versions(thread=thread), request, view=self
+        )
+        return paginator.get_paginated_response(WorkingStateOutputSerializer(page, many=True).data)
+
+
+class ThreadHandoverApi(APIView):
+    @extend_schema(
+        request=HandoverInputSerializer,
+        responses={201: HandoverOutputSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Hand the thread over to another session",
+        description="Freezes the working state (writes answer 409 thread_frozen), records the "
+        "succession in the ledger and names the inheriting session, which resumes and then "
+        "acknowledges. 409 handover_open when a handover is already open.",
+    )
+    def post(self, request, thread_id):
+        def write():
+            thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
+            data = _body(HandoverInputSerializer, request)
+            handover = state.handover_start(agent=request.user, thread=thread, **data)
+            return Response(HandoverOutputSerializer(handover).data, status=status.HTTP_201_CREATED)
+
+        return idempotent_write(request, write)
+
+
+class ThreadResumeApi(APIView):
+    @extend_schema(
+        request=SessionInputSerializer,
+        responses=ResumeOutputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Resume the thread: everything a successor needs, in one response",
+        description="In this order: the checkpoint; the thread's open intentions (due and "
+        "overdue first); the external dependencies to re-check (artifacts and tool handles "
+        "older than their freshness_seconds); the failed branches not to retry; the pending "
+        "items. During a handover only the named successor may resume (409 "
+        "not_the_successor); its first resume is recorded in the ledger.",
+    )
+    def post(self, request, thread_id):
+        def write():
+            thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
+            data = _body(SessionInputSerializer, request)
+            package = state.thread_resume(agent=request.user, thread=thread, **data)
+            package = dataclasses.replace(
+                package,
+                checkpoint=package.checkpoint
+                or selectors.working_state_get(thread=package.thread, version=0),
+                intentions=selectors.with_dependencies(package.intentions),
+            )
+            return Response(ResumeOutputSerializer(package).data)
+
+        return idempotent_write(request, write)
+
+
+class ThreadAcknowledgeApi(APIView):
+    @extend_schema(
+        request=SessionInputSerializer,
+        responses=HandoverOutputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        summary="The successor confirms the handover: it is complete",
+        description="The thread becomes the successor's and active again; its open intentions "
+        "are inherited by it. 409 no_handover, not_the_successor, or not_resumed (resume "
+        "first).",
+    )
+    def post(self, request, thread_id):
+        def write():
+            thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
+            data = _body(SessionInputSerializer, request)
+            handover = state.thread_acknowledge(agent=request.user, thread=thread, **data)
+            return Response(HandoverOutputSerializer(handover).data)
+
+        return idempotent_write(request, write)
+
+
+class PendingClearApi(APIView):
+    @extend_schema(
+        request=PendingClearInputSerializer,
+        responses=PendingClearOutputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Clear pending items the agent has seen",
+        description="Ids that are not pending on this thread are ignored (cleared counts the "
+        "others); the answer lists what is still pending.",
+    )
+    def post(self, request, thread_id):
+        def write():
+            thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
+            data = _body(PendingClearInputSerializer, request)
+            cleared = state.pending_clear(agent=request.user, thread=thread, item_ids=data["ids"])
+            body = {"cleared": cleared, "pending": list(selectors.pending_items(thread=thread))}
+            return Response(PendingClearOutputSerializer(body).data)
+
+        return idempotent_write(request, write)
+
+
+# ---------------------------------------------------------------------- intentions
+
+
+class DuePagination(StrictCursorPagination):
+    ordering = ("last_fired_at", "id")  # in the order they fired
+
+
+def _filter_thread(agent: Agent, thread_id: uuid.UUID | None) -> Thread | None:
+    return None if thread_id is None else selectors.thread_get(agent=agent, thread_id=thread_id)
+
+
+def _detail(agent: Agent, intention_id: uuid.UUID) -> dict:
+    return IntentionDetailOutputSerializer(
+        selectors.intention_get(agent=agent, intention_id=intention_id)
+    ).data
+
+
+class IntentionListApi(APIView):
+    @extend_schema(
+        parameters=[IntentionListQuerySerializer],
+        responses=IntentionPageSerializer,
+        operation_id="v1_intentions_list",
+        summary="This agent's intentions, newest first (cursor pagination)",
+        description="Filters: status and trigger_type (one, or several comma-separated), "
+        "thread (an id; 404 when it is not this agent's).",
+    )
+    def get(self, request):
+        params = _query(IntentionListQuerySerializer, request)
+        intentions = selectors.intention_list(
+            agent=request.user,
+            statuses=params.get("status", ()),
+            trigger_types=params.get("trigger_type", ()),
+            thread=_filter_thread(request.user, params.get("thread")),
+        )
+        paginator = NewestIdCursorPagination()
+        page = paginator.paginate_queryset(intentions, request, view=self)
+        return paginator.get_paginated_response(IntentionOutputSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=IntentionCreateInputSerializer,
+        responses={201: IntentionDetailOutputSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Make an intention: a commitment with a trigger",
+        description="Triggers: time (due_at / not_before / rrule), event (a pattern over later "
+        "ledger events), state (a condition over current facts), dependency (the listed "
+        "intentions completed), manual. 400 invalid_trigger (a spec that does not fit its "
+        "type), 400 invalid_rrule (does not parse, or never occurs), 400 for due_at before "
+        "not_before; 422 unknown_intention (a dependency) or unknown_thread. With "
+        "dependencies it starts blocked; if they are all complete already it fires at once.",
+    )
+    def post(self, request):
+        def write():
+            data = dict(_body(IntentionCreateInputSerializer, request))
+            thread_id = data.pop("thread")
+            try:
+                thread = _filter_thread(request.user, thread_id)
+            except NotFound:
+                raise Unprocessable(
+                    f"thread {thread_id} does not exist",
+                    code="unknown_thread",
+                    details={"thread": [str(thread_id)]},
+                ) from None
+            intention = lifecycle.intention_create(
+                agent=request.user, data=lifecycle.IntentionInput(thread=thread, **data)
+            )
+            return Response(_detail(request.user, intention.pk), status=status.HTTP_201_CREATED)
+
+        return idempotent_write(request, write)
+
+
+class IntentionDueApi(APIView):
+    @extend_schema(
+        parameters=[IntentionDueQuerySerializer],
+        responses=IntentionPageSerializer,
+        operation_id="v1_intentions_due_list",
+        summary="What has fired and waits for the agent (status due), in firing order",
+        description="Optionally for one thread (?thread=<id>). Start, complete, fail or "
+        "cancel each one; a recurring intention's next occurrence is armed after it is "
+        "completed or skipped.",
+    )
+    def get(self, request):
+        params = _query(IntentionDueQuerySerializer, request)
+        intentions = selectors.intentions_due(
+            agent=request.user, thread=_filter_thread(request.user, params.get("thread"))
+        )
+        paginator = DuePagination()
+        page = paginator.paginate_queryset(intentions, request, view=self)
+        return paginator.get_paginated_response(IntentionOutputSerializer(page, many=True).data)
+
+
+class IntentionDetailApi(APIView):
+    @extend_schema(
+        responses=IntentionDetailOutputSerializer,
+        operation_id="v1_intentions_retrieve",
+        summary="One intention, with its transitions timeline and its firings",
+    )
+    def get(self, request, intention_id):
+        return Response(_detail(request.user, intention_id))
+
+
+def _action(request, serializer_class, act) -> Response:
+    """Validate the body, call the lifecycle service, answer with the intention's detail."""
+
+    def write():
+        data = _body(serializer_class, request)
+        intention = act(data)
+        return Response(_detail(request.user, intention.pk))
+
+    return idempotent_write(request, write)
+
+
+def _action_schema(request_serializer, summary: str, description: str):
+    return extend_schema(
+        request=request_serializer,
+        responses=IntentionDetailOutputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        summary=summary,
+        description=description,
+    )
+
+
+class IntentionStartApi(APIView):
+    @_action_schema(
+        EmptyInputSerializer,
+        "Start on a due intention (executing)",
+        "409 invalid_transition from any status but due.",
+    )
+    def post(self, request, intention_id):
+        return _action(
+            request,
+            EmptyInputSerializer,
+            lambda data: lifecycle.intention_start(agent=request.user, intention_id=intention_id),
+        )
+
+
+class IntentionCompleteApi(APIView):
+    @_action_schema(
+        CompleteInputSerializer,
+        "Complete an intention, with evidence",
+        "A one-shot intention never fires again. A recurring one arms its next occurrence "
+        "(or ends when its rule has none). Intentions waiting for this one fire when all "
+        "they wait for is done. 409 invalid_transition for a cancelled or expired one.",
+    )
+    def post(self, request, intention_id):
+        return _action(
+            request,
+            CompleteInputSerializer,
+            lambda data: lifecycle.intention_complete(
+                agent=request.user, intention_id=intention_id, **data
+            ),
+        )
+
+
+class IntentionSkipApi(APIView):
+    @_action_schema(
+        ReasonInputSerializer,
+        "Skip this occurrence of a recurring intention",
+        "It moves on to its next occurrence. 409 not_recurring for a one-shot (cancel it).",
+    )
+    def post(self, request, intention_id):
+        return _action(
+            request,
+            ReasonInputSerializer,
+            lambda data: lifecycle.intention_skip(
+                agent=request.user, intention_id=intention_id, **data
+            ),
+        )
+
+
+class IntentionFailApi(APIView):
+    @_action_schema(
+        FailInputSerializer,
+        "Report that an attempt failed",
+        "Within retry_policy.max_retries a time-triggered intention is re-armed after "
+        "backoff_seconds (doubling) as a new occurrence; beyond them it stays due for "
+        "escalation. 409 invalid_transition unless due or executing.",
+    )
+    def post(self, request, intention_id):
+        return _action(
+            request,
+            FailInputSerializer,
+            lambda data: lifecycle.intention_fail(
+                agent=request.user, intention_id=intention_id, **data
+            ),
+        )
+
+
+class IntentionCancelApi(APIView):
+    @_action_schema(
+        ReasonInputSerializer,
+        "Cancel an intention: it never fires again",
+        "Cancelling a cancelled intention changes nothing. 409 invalid_transition for a "
+        "completed or expired one.",
+    )
+    def post(self, request, intention_id):
+        return _action(
+            request,
+            ReasonInputSerializer,
+            lambda data: lifecycle.intention_cancel(
+                agent=request.user, intention_id=intention_id, **data
+            ),
+        )
+
+
+class IntentionExpireApi(APIView):
+    @_action_schema(
+        EmptyInputSerializer,
+        "Expire an intention now",
+        "Expiry is explicit: this, or expires_at passing. 409 invalid_transition when it is "
+        "already completed, cancelled or expired.",
+    )
+    def post(self, request, intention_id):
+        return _action(
+            request,
+            EmptyInputSerializer,
+            lambda data: lifecycle.intention_expire(agent=request.user, intention_id=intention_id),
+        )
+
+
+class IntentionFireApi(APIView):
+    @_action_schema(
+        EmptyInputSerializer,
+        "Fire an armed intention now (manual trigger)",
+        "It becomes due exactly once for its pending occurrence. 409 not_armed unless it is "
+        "active or blocked.",
+    )
+    def post(self, request, intention_id):
+        return _action(
+            request,
+            EmptyInputSerializer,
+            lambda data: lifecycle.intention_fire(agent=request.user, intention_id=intention_id),
+        )
+
+
+class IntentionDependenciesApi(APIView):
+    @extend_schema(
+        request=DependenciesInputSerializer,
+        responses=IntentionDetailOutputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Replace what a waiting intention depends on",
+        description="422 dependency_cycle when an intention would wait for itself; 422 "
+        "unknown_intention; 409 not_armed unless active or blocked.",
+    )
+    def put(self, request, intention_id):
+        def write():
+            intention = selectors.intention_get(agent=request.user, intention_id=intention_id)
+            data = _body(DependenciesInputSerializer, request)
+            lifecycle.intention_set_dependencies(
+                agent=request.user, intention=intention, dependencies=data["dependencies"]
+            )
+            return Response(_detail(request.user, intention_id))
+
+        return idempotent_write(request, write)
+
+
+class IntentionTickApi(APIView):
+    @extend_schema(
+        request=EmptyInputSerializer,
+        responses=TickOutputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Run one engine cycle for this agent at its simulated clock",
+        description="Time triggers and expiry, event matching, state re-checks and rehearsal, "
+        "as celery-beat does for everyone else; answers what fired." + BATTERY_NOTE,
+    )
+    def post(self, request):
+        def write():
+            _battery_only(request.user, "running the engine by hand")
+            _body(EmptyInputSerializer, request)
+            cycle = engine.tick(agent=request.user)
+            fired = [
+                {
+                    "intention_id": f.intention_id,
+                    "occurrence": f.occurrence,
+                    "firing_id": f.firing_id,
+                    "cause": cause,
+                }
+                for cause, key in (
+                    (TriggerType.TIME, "time"),
+                    (TriggerType.EVENT, "events"),
+                    (TriggerType.STATE, "states"),
+                )
+                for f in cycle[key]
+            ]
+            body = {"now": cycle["now"], "fired": fired, "rehearsed": cycle["rehearsed"]}
+            return Response(TickOutputSerializer(body).data)
+
+        return idempotent_write(request, write)
+
+
+# ------------------------------------------------------------------ engine helpers
+
+
+# The intentions services have no webhook or clock-reset writes yet; until they
+# do, these two stand in for them (reported to the lead).
+def _webhook_set(*, agent: Agent, url: str, secret: str) -> Webhook:
+    hook, _ = Webhook.objects.update_or_create(
+        agent=agent, defaults={"url": url, "secret": secret, "is_active": True}
+    )
+    return selectors.webhook_get(agent=agent)
+
+
+def _clock_clear(*, agent: Agent) -> int:
+    deleted, _ = AgentClock.objects.filter(agent=agent).delete()
+    return deleted
+
+
+class WebhookApi(APIView):
+    required_scope = Scope.ADMIN
+
+    @extend_schema(
+        responses=WebhookOutputSerializer,
+        operation_id="v1_webhook_retrieve",
+        summary="Where firings are delivered (admin scope); 404 when none is set",
+    )
+    def get(self, request):
+        hook = selectors.webhook_get(agent=request.user)
+        if hook is None:
+            raise NotFound("no webhook is set for this agent")
+        return Response(WebhookOutputSerializer(hook).data)
+
+    @extend_schema(
+        request=WebhookInputSerializer,
+        responses=WebhookOutputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Deliver firings to a URL, signed (admin scope)",
+        description="Each firing is POSTed as JSON through an outbox (at least once, retried "
+        "with backoff) with X-Piper-Signature: sha256=<hex HMAC-SHA256 of the body with the "
+        "secret> and X-Piper-Delivery: <firing id> to de-duplicate on. Replaces any earlier "
+        "webhook. The secret is never shown again.",
+    )
+    def put(self, request):
+        def write():
+            data = _body(WebhookInputSerializer, request)
+            hook = _webhook_set(agent=request.user, **data)
+            return Response(WebhookOutputSerializer(hook).data)
+
+        return idempotent_write(request, write)
+
+    @extend_schema(
+        request=None,
+        responses={204: None},
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Stop delivering firings (admin scope)",
+        description="Messages not yet delivered are given up. 404 when none is set.",
+    )
+    def delete(self, request):
+        def write():
+            hook = selectors.webhook_get(agent=request.user)
+            if hook is None:
+                raise NotFound("no webhook is set for this agent")
+            hook.delete()
+            return Response(status=status.HTTP_204_NO_CONTENT)
+
+        return idempotent_write(request, write)
+
+
+class ClockApi(APIView):
+    def _now(self, agent: Agent) -> Response:
+        clock = selectors.clock_get(agent=agent)
+        body = {"now": clock.now if clock else now_for(agent.pk), "simulated": clock is not None}
+        return Response(ClockOutputSerializer(body).data)
+
+    @extend_schema(
+        responses=ClockOutputSerializer,
+        operation_id="v1_clock_retrieve",
+        summary="The engine's 'now' for this agent: its simulated clock, or the wall clock",
+    )
+    def get(self, request):
+        return self._now(request.user)
+
+    @extend_schema(
+        request=ClockInputSerializer,
+        responses=ClockOutputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Set this agent's simulated clock",
+        description="From then on the engine sees this agent's time as `now` (it never "
+        "advances by itself); celery-beat leaves the agent alone, and POST /intentions/tick "
+        "runs its engine cycle." + BATTERY_NOTE,
+    )
+    def put(self, request):
+        def write():
+            _battery_only(request.user, "a simulated clock")
+            data = _body(ClockInputSerializer, request)
+            engine.clock_set(agent=request.user, now=data["now"])
+            return self._now(request.user)
+
+        return idempotent_write(request, write)
+
+    @extend_schema(
+        request=None,
+        responses=ClockOutputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Back to the wall clock",
+        description="Removes the simulated clock (if any)." + BATTERY_NOTE,
+    )
+    def delete(self, request):
+        def write():
+            _battery_only(request.user, "a simulated clock")
+            _clock_clear(agent=request.user)
+            return self._now(request.user)
+
+        return idempotent_write(request, write)

@@ -1,0 +1,661 @@
+"""Request and response shapes of the working-state and intentions API.
+
+Inputs are strict: unknown fields and mistyped values are refused, never
+coerced; a time must name its zone. Outputs declare their fields (that is the
+OpenAPI schema) and build the body directly from what the selectors loaded:
+a resume of a thread with a thousand intentions must stay within milliseconds.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.plumbing import ResolvedComponent
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from facts.serializers import AwareDateTimeField, StrictIntegerField
+from piper.api.serializers import StrictCharField, StrictSerializer
+
+from .models import (
+    Firing,
+    Handover,
+    Intention,
+    IntentionStatus,
+    PendingItem,
+    Thread,
+    Transition,
+    TriggerType,
+    WorkingState,
+)
+from .services.state import STATE_FIELDS
+
+MAX_SESSION = 200
+MAX_REASON = 250  # the service prefixes it ("failed: …; retry 2") into a 300-character column
+MAX_IDS = 1000
+SMALLINT = 32767
+
+_datetime = serializers.DateTimeField().to_representation
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else _datetime(value)
+
+
+def _id(value) -> str | None:
+    return None if value is None else str(value)
+
+
+class CommaListField(serializers.ListField):
+    """A query parameter holding a comma-separated list: `status=active,blocked`."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            data = [part.strip() for part in data.split(",") if part.strip()]
+        return super().to_internal_value(data)
+
+
+@extend_schema_field(OpenApiTypes.OBJECT)
+class JSONObjectField(serializers.JSONField):
+    """Any JSON here, checked by the service (so that its error code is the domain's, e.g.
+    invalid_trigger); documented as the object it should be."""
+
+
+class EnumField(serializers.ChoiceField):
+    """A ChoiceField documented as a named enum component (EnumFieldExtension below).
+
+    Several of these choice sets sit in fields named "status"; left to spectacular's
+    naming by field name they would collide with each other and with the facts API's
+    StatusEnum, and rename it."""
+
+    def __init__(self, *, component: str, choices, **kwargs):
+        self.component = component
+        super().__init__(choices=choices, **kwargs)
+
+
+class EnumFieldExtension(OpenApiSerializerFieldExtension):
+    target_class = EnumField
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema, direction):
+        field = self.target
+        component = ResolvedComponent(
+            name=field.component,
+            type=ResolvedComponent.SCHEMA,
+            object=field.component,
+            schema={
+                "type": "string",
+                "enum": list(field.choices),
+                "description": "\n".join(
+                    f"* `{value}` - {label}" for value, label in field.choices.items()
+                ),
+            },
+        )
+        auto_schema.registry.register_on_missing(component)
+        return component.ref
+
+
+def intention_status(**kwargs) -> EnumField:
+    return EnumField(component="IntentionStatusEnum", choices=IntentionStatus.choices, **kwargs)
+
+
+def trigger_type(**kwargs) -> EnumField:
+    return EnumField(component="TriggerTypeEnum", choices=TriggerType.choices, **kwargs)
+
+
+class CursorQuerySerializer(StrictSerializer):
+    cursor = serializers.CharField(required=False, help_text="From a 'next' or 'previous' link.")
+    limit = serializers.IntegerField(
+        min_value=1, max_value=1000, required=False, help_text="Page size (default 100)."
+    )
+
+
+def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
+    """The shape of one page of a cursor-paginated list."""
+    return type(
+        name,
+        (serializers.Serializer,),
+        {
+            "next": serializers.URLField(allow_null=True),
+            "previous": serializers.URLField(allow_null=True),
+            "results": item(many=True),
+        },
+    )
+
+
+# ---------------------------------------------------------------------- threads in
+
+
+class ThreadCreateInputSerializer(StrictSerializer):
+    key = StrictCharField(max_length=200, help_text="Your own name for the thread (unique).")
+    session_id = StrictCharField(
+        max_length=MAX_SESSION,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="The session holding the thread, when it is created.",
+    )
+
+
+class ThreadListQuerySerializer(CursorQuerySerializer):
+    status = EnumField(component="ThreadStatusEnum", choices=Thread.Status.choices, required=False)
+
+
+STATE_HELP = (
+    "The checkpoint: a working set, not a transcript (64 KiB at most). Fields, all optional: "
+    + ", ".join(f"{name} ({shape})" for name, shape in STATE_FIELDS.items())
+    + ". Artifacts and tool handles may carry checked_at (ISO 8601 with a zone) and "
+    "freshness_seconds: a resume lists those older than their freshness for re-checking. "
+    "failed_branches are the branches not to retry."
+)
+
+
+class WorkingStateWriteInputSerializer(StrictSerializer):
+    state = serializers.DictField(help_text=STATE_HELP)
+    based_on = StrictIntegerField(
+        min_value=0,
+        help_text="The version you read (0 for a new thread). Another write since then makes "
+        "this one 409 stale_version.",
+    )
+    session_id = StrictCharField(
+        max_length=MAX_SESSION, required=False, allow_blank=True, default=""
+    )
+
+
+class WorkingStateQuerySerializer(StrictSerializer):
+    version = serializers.IntegerField(
+        min_value=0, required=False, help_text="An earlier version (default: the current one)."
+    )
+
+
+class HandoverInputSerializer(StrictSerializer):
+    to_session = StrictCharField(max_length=MAX_SESSION, help_text="The inheriting session.")
+    from_session = StrictCharField(
+        max_length=MAX_SESSION,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Default: the session holding the thread.",
+    )
+    note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class SessionInputSerializer(StrictSerializer):
+    session_id = StrictCharField(max_length=MAX_SESSION)
+
+
+class PendingClearInputSerializer(StrictSerializer):
+    ids = serializers.ListField(
+        child=StrictIntegerField(min_value=1),
+        allow_empty=False,
+        max_length=MAX_IDS,
+        help_text="Ids of pending items the agent has seen.",
+    )
+
+
+# --------------------------------------------------------------------- threads out
+
+
+class ThreadOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    key = serializers.CharField()
+    status = EnumField(component="ThreadStatusEnum", choices=Thread.Status.choices)
+    session_id = serializers.CharField(help_text="The session holding the thread now.")
+    current_version = serializers.IntegerField(help_text="0 until the first write.")
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    def to_representation(self, thread: Thread) -> dict:
+        return {
+            "id": str(thread.pk),
+            "key": thread.key,
+            "status": thread.status,
+            "session_id": thread.session_id,
+            "current_version": thread.current_version,
+            "created_at": _when(thread.created_at),
+            "updated_at": _when(thread.updated_at),
+        }
+
+
+class WorkingStateOutputSerializer(serializers.Serializer):
+    thread_id = serializers.UUIDField()
+    version = serializers.IntegerField(help_text="0: nothing written yet (an empty state).")
+    based_on = serializers.IntegerField(allow_null=True)
+    state = serializers.DictField(help_text="The checkpoint as written.")
+    size_bytes = serializers.IntegerField()
+    session_id = serializers.CharField()
+    source_event_id = serializers.UUIDField(allow_null=True)
+    created_at = serializers.DateTimeField(allow_null=True)
+
+    def to_representation(self, state: WorkingState) -> dict:
+        return {
+            "thread_id": str(state.thread_id),
+            "version": state.version,
+            "based_on": state.based_on,
+            "state": state.state,
+            "size_bytes": state.size_bytes,
+            "session_id": state.session_id,
+            "source_event_id": _id(state.source_event_id),
+            "created_at": _when(state.created_at),
+        }
+
+
+WorkingStatePageSerializer = page_of(WorkingStateOutputSerializer, "WorkingStatePageSerializer")
+
+
+class HandoverOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    thread_id = serializers.UUIDField()
+    from_session = serializers.CharField()
+    to_session = serializers.CharField()
+    frozen_version = serializers.IntegerField()
+    status = EnumField(component="HandoverStatusEnum", choices=Handover.Status.choices)
+    note = serializers.CharField()
+    succession_event_id = serializers.UUIDField()
+    created_at = serializers.DateTimeField()
+    resumed_at = serializers.DateTimeField(allow_null=True)
+    acknowledged_at = serializers.DateTimeField(allow_null=True)
+
+    def to_representation(self, handover: Handover) -> dict:
+        return {
+            "id": str(handover.pk),
+            "thread_id": str(handover.thread_id),
+            "from_session": handover.from_session,
+            "to_session": handover.to_session,
+            "frozen_version": handover.frozen_version,
+            "status": handover.status,
+            "note": handover.note,
+            "succession_event_id": str(handover.succession_event_id),
+            "created_at": _when(handover.created_at),
+            "resumed_at": _when(handover.resumed_at),
+            "acknowledged_at": _when(handover.acknowledged_at),
+        }
+
+
+class PendingItemOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField(help_text="Send it to …/pending/clear once seen.")
+    kind = EnumField(component="PendingKindEnum", choices=PendingItem.Kind.choices)
+    intention_id = serializers.UUIDField()
+    description = serializers.CharField()
+    priority = serializers.IntegerField()
+    status = intention_status(help_text="The intention's status now.")
+    occurrence = serializers.IntegerField()
+    added_at = serializers.DateTimeField(help_text="On the engine's clock.")
+
+    def to_representation(self, item: PendingItem) -> dict:
+        intention = item.intention
+        return {
+            "id": item.pk,
+            "kind": item.kind,
+            "intention_id": str(intention.pk),
+            "description": intention.description,
+            "priority": intention.priority,
+            "status": intention.status,
+            "occurrence": item.occurrence,
+            "added_at": _when(item.added_at),
+        }
+
+
+class ThreadDetailOutputSerializer(ThreadOutputSerializer):
+    checkpoint = WorkingStateOutputSerializer(help_text="The current version.")
+    pending = PendingItemOutputSerializer(
+        many=True, help_text="Intentions the engine fired or rehearsed into the working state."
+    )
+    handover = HandoverOutputSerializer(allow_null=True, help_text="The open handover, if any.")
+
+    def to_representation(self, detail: dict) -> dict:
+        return {
+            **super().to_representation(detail["thread"]),
+            "checkpoint": WorkingStateOutputSerializer(detail["checkpoint"]).data,
+            "pending": [PendingItemOutputSerializer(p).data for p in detail["pending"]],
+            "handover": None
+            if detail["handover"] is None
+            else HandoverOutputSerializer(detail["handover"]).data,
+        }
+
+
+class PendingClearOutputSerializer(serializers.Serializer):
+    cleared = serializers.IntegerField(help_text="How many of the ids were pending.")
+    pending = PendingItemOutputSerializer(many=True, help_text="What is still pending.")
+
+    def to_representation(self, body: dict) -> dict:
+        return {
+            "cleared": body["cleared"],
+            "pending": [PendingItemOutputSerializer(p).data for p in body["pending"]],
+        }
+
+
+# ---------------------------------------------------------------------- intentions
+
+
+class RetryPolicySerializer(StrictSerializer):
+    max_retries = StrictIntegerField(
+        min_value=0, max_value=100, required=False, help_text="Default 0: a failure escalates."
+    )
+    backoff_seconds = StrictIntegerField(
+        min_value=1,
+        max_value=7 * 24 * 3600,
+        required=False,
+        help_text="Default 60; doubled on each retry.",
+    )
+
+
+class IntentionCreateInputSerializer(StrictSerializer):
+    description = StrictCharField(max_length=2000, help_text="What is to be done.")
+    trigger_type = trigger_type()
+    trigger_spec = JSONObjectField(
+        required=False,
+        default=dict,
+        help_text='time, dependency, manual: {}. event: {"event_type": "deploy.*", '
+        '"conditions": [{"field": "payload.env", "op": "eq", "value": "prod"}]}. state: '
+        '{"subject": "<entity>", "predicate": "<name>", "op": "eq", "value": …} over current '
+        "facts. Ops: eq ne gt gte lt lte in contains exists absent. A spec that does not fit "
+        "is 400 invalid_trigger.",
+    )
+    thread = serializers.UUIDField(
+        required=False, allow_null=True, default=None, help_text="The thread's id."
+    )
+    priority = StrictIntegerField(
+        min_value=-SMALLINT, max_value=SMALLINT, required=False, default=0
+    )
+    not_before = AwareDateTimeField(required=False, allow_null=True, default=None)
+    due_at = AwareDateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Not before not_before (400). A time trigger needs due_at or not_before.",
+    )
+    rrule = StrictCharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="RFC 5545 recurrence (time triggers), from due_at; one that never occurs is "
+        "400 invalid_rrule.",
+    )
+    expires_at = AwareDateTimeField(required=False, allow_null=True, default=None)
+    dependencies = serializers.ListField(
+        child=serializers.UUIDField(),
+        required=False,
+        default=list,
+        max_length=MAX_IDS,
+        help_text="Ids of intentions that must complete first (422 unknown_intention).",
+    )
+    required_context = serializers.ListField(
+        child=serializers.JSONField(), required=False, default=list, max_length=MAX_IDS
+    )
+    completion_criteria = StrictCharField(
+        max_length=2000, required=False, allow_blank=True, default=""
+    )
+    retry_policy = RetryPolicySerializer(required=False, default=dict)
+    escalation_policy = serializers.DictField(required=False, default=dict)
+    source_session = StrictCharField(
+        max_length=MAX_SESSION, required=False, allow_blank=True, default=""
+    )
+
+
+class IntentionListQuerySerializer(CursorQuerySerializer):
+    status = CommaListField(
+        child=intention_status(),
+        required=False,
+        help_text="One status, or several comma-separated.",
+    )
+    trigger_type = CommaListField(
+        child=trigger_type(),
+        required=False,
+        help_text="One trigger type, or several comma-separated.",
+    )
+    thread = serializers.UUIDField(required=False, help_text="A thread's id.")
+
+
+class IntentionDueQuerySerializer(CursorQuerySerializer):
+    thread = serializers.UUIDField(required=False, help_text="A thread's id.")
+
+
+class CompleteInputSerializer(StrictSerializer):
+    evidence = serializers.JSONField(
+        required=False, allow_null=True, default=None, help_text="What shows it was done."
+    )
+
+
+class ReasonInputSerializer(StrictSerializer):
+    reason = StrictCharField(max_length=MAX_REASON, required=False, allow_blank=True, default="")
+
+
+class FailInputSerializer(StrictSerializer):
+    reason = StrictCharField(max_length=MAX_REASON, help_text="What went wrong.")
+
+
+class EmptyInputSerializer(StrictSerializer):
+    """No fields: send {} or nothing."""
+
+
+class DependenciesInputSerializer(StrictSerializer):
+    dependencies = serializers.ListField(
+        child=serializers.UUIDField(),
+        max_length=MAX_IDS,
+        help_text="The full new list ([] for none). A cycle is 422 dependency_cycle.",
+    )
+
+
+class IntentionOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    description = serializers.CharField()
+    priority = serializers.IntegerField(help_text="Higher comes first.")
+    status = intention_status()
+    trigger_type = trigger_type()
+    trigger_spec = serializers.DictField()
+    thread = serializers.UUIDField(allow_null=True, help_text="The thread's id.")
+    not_before = serializers.DateTimeField(allow_null=True)
+    due_at = serializers.DateTimeField(
+        allow_null=True, help_text="For a recurring intention: its pending occurrence."
+    )
+    rrule = serializers.CharField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    occurrence = serializers.IntegerField(help_text="Which occurrence is pending (1, 2, …).")
+    last_fired_at = serializers.DateTimeField(allow_null=True, help_text="On the engine's clock.")
+    last_rehearsed_at = serializers.DateTimeField(allow_null=True)
+    dependencies = serializers.ListField(
+        child=serializers.UUIDField(), help_text="Intentions that must complete first."
+    )
+    required_context = serializers.ListField(child=serializers.JSONField())
+    completion_criteria = serializers.CharField()
+    completion_evidence = serializers.JSONField(allow_null=True)
+    retry_policy = serializers.DictField()
+    escalation_policy = serializers.DictField()
+    source_session = serializers.CharField()
+    inherited_by = serializers.CharField(help_text="The session that took the thread over.")
+    source_event_id = serializers.UUIDField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    def to_representation(self, intention: Intention) -> dict:
+        links = getattr(intention, "dependency_list", None)
+        if links is None:  # not prefetched: one query
+            links = intention.dependency_links.order_by("id")
+        return {
+            "id": str(intention.pk),
+            "description": intention.description,
+            "priority": intention.priority,
+            "status": intention.status,
+            "trigger_type": intention.trigger_type,
+            "trigger_spec": intention.trigger_spec,
+            "thread": _id(intention.thread_id),
+            "not_before": _when(intention.not_before),
+            "due_at": _when(intention.due_at),
+            "rrule": intention.rrule,
+            "expires_at": _when(intention.expires_at),
+            "occurrence": intention.occurrence,
+            "last_fired_at": _when(intention.last_fired_at),
+            "last_rehearsed_at": _when(intention.last_rehearsed_at),
+            "dependencies": [str(link.depends_on_id) for link in links],
+            "required_context": intention.required_context,
+            "completion_criteria": intention.completion_criteria,
+            "completion_evidence": intention.completion_evidence,
+            "retry_policy": intention.retry_policy,
+            "escalation_policy": intention.escalation_policy,
+            "source_session": intention.source_session,
+            "inherited_by": intention.inherited_by,
+            "source_event_id": str(intention.source_event_id),
+            "created_at": _when(intention.created_at),
+            "updated_at": _when(intention.updated_at),
+        }
+
+
+IntentionPageSerializer = page_of(IntentionOutputSerializer, "IntentionPageSerializer")
+
+
+class TransitionOutputSerializer(serializers.Serializer):
+    def get_fields(self):
+        # "from" is a Python keyword: the fields are named here, not as attributes.
+        return {
+            "from": intention_status(allow_null=True, help_text="null: created."),
+            "to": intention_status(),
+            "at": serializers.DateTimeField(help_text="On the engine's clock."),
+            "reason": serializers.CharField(),
+            "occurrence": serializers.IntegerField(),
+            "event_id": serializers.UUIDField(allow_null=True),
+        }
+
+    def to_representation(self, transition: Transition) -> dict:
+        return {
+            "from": transition.from_status or None,
+            "to": transition.to_status,
+            "at": _when(transition.at),
+            "reason": transition.reason,
+            "occurrence": transition.occurrence,
+            "event_id": _id(transition.event_id),
+        }
+
+
+class FiringOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    occurrence = serializers.IntegerField()
+    fired_at = serializers.DateTimeField(help_text="On the engine's clock.")
+    cause = trigger_type()
+    cause_event_id = serializers.UUIDField(
+        allow_null=True, help_text="The ledger event that matched (event triggers)."
+    )
+    event_id = serializers.UUIDField(help_text="The intention.fired ledger event.")
+
+    def to_representation(self, firing: Firing) -> dict:
+        return {
+            "id": str(firing.pk),
+            "occurrence": firing.occurrence,
+            "fired_at": _when(firing.fired_at),
+            "cause": firing.cause,
+            "cause_event_id": _id(firing.cause_event_id),
+            "event_id": str(firing.event_id),
+        }
+
+
+class IntentionDetailOutputSerializer(IntentionOutputSerializer):
+    transitions = TransitionOutputSerializer(many=True, help_text="Its status history, in order.")
+    firings = FiringOutputSerializer(many=True, help_text="One per occurrence that fired.")
+
+    def to_representation(self, intention: Intention) -> dict:
+        return {
+            **super().to_representation(intention),
+            "transitions": [TransitionOutputSerializer(t).data for t in intention.transition_list],
+            "firings": [FiringOutputSerializer(f).data for f in intention.firing_list],
+        }
+
+
+# -------------------------------------------------------------------------- resume
+
+
+class RecheckItemSerializer(serializers.Serializer):
+    """An artifact or tool handle as the checkpoint holds it, plus kind and age."""
+
+    kind = EnumField(
+        component="RecheckKindEnum",
+        choices=[("artifact", "Artifact"), ("tool_handle", "Tool handle")],
+    )
+    checked_at = serializers.DateTimeField()
+    freshness_seconds = serializers.IntegerField()
+    age_seconds = serializers.IntegerField(help_text="On the engine's clock, at the resume.")
+
+    def to_representation(self, item: dict) -> dict:
+        return item
+
+
+class ResumeOutputSerializer(serializers.Serializer):
+    """What a successor needs, in the order it needs it."""
+
+    checkpoint = WorkingStateOutputSerializer(help_text="1. The current working state.")
+    intentions = IntentionOutputSerializer(
+        many=True,
+        help_text="2. The thread's open intentions: due, executing, overdue, then by due time "
+        "and priority.",
+    )
+    recheck = RecheckItemSerializer(
+        many=True,
+        help_text="3. External dependencies (artifacts, tool handles) whose last check is "
+        "older than their freshness_seconds, each with all its own fields.",
+    )
+    failed_branches = serializers.ListField(
+        child=serializers.DictField(), help_text="4. Branches not to retry."
+    )
+    pending = PendingItemOutputSerializer(
+        many=True, help_text="5. Fired or rehearsed intentions not yet cleared."
+    )
+    thread = ThreadOutputSerializer()
+    handover = HandoverOutputSerializer(allow_null=True, help_text="The open handover, if any.")
+    now = serializers.DateTimeField(help_text="The engine's clock at the resume.")
+
+    def to_representation(self, package) -> dict:
+        return {
+            "checkpoint": WorkingStateOutputSerializer(package.checkpoint).data,
+            "intentions": [IntentionOutputSerializer(i).data for i in package.intentions],
+            "recheck": list(package.recheck),
+            "failed_branches": list(package.failed_branches),
+            "pending": [PendingItemOutputSerializer(p).data for p in package.pending],
+            "thread": ThreadOutputSerializer(package.thread).data,
+            "handover": None
+            if package.handover is None
+            else HandoverOutputSerializer(package.handover).data,
+            "now": _when(package.now),
+        }
+
+
+# ------------------------------------------------------------------ engine helpers
+
+
+class WebhookInputSerializer(StrictSerializer):
+    url = serializers.URLField(max_length=2000, help_text="http(s) URL that receives firings.")
+    secret = StrictCharField(
+        min_length=16,
+        max_length=200,
+        help_text="Signs each delivery: X-Piper-Signature: sha256=<HMAC-SHA256 of the body>. "
+        "Never shown again.",
+    )
+
+
+class WebhookOutputSerializer(serializers.Serializer):
+    url = serializers.URLField()
+    is_active = serializers.BooleanField()
+    created_at = serializers.DateTimeField()
+
+
+class ClockInputSerializer(StrictSerializer):
+    now = AwareDateTimeField(help_text="The agent's simulated 'now'.")
+
+
+class ClockOutputSerializer(serializers.Serializer):
+    now = serializers.DateTimeField(help_text="The engine's 'now' for this agent.")
+    simulated = serializers.BooleanField(help_text="false: the wall clock.")
+
+
+class FiredSerializer(serializers.Serializer):
+    intention_id = serializers.UUIDField()
+    occurrence = serializers.IntegerField()
+    firing_id = serializers.UUIDField()
+    cause = trigger_type()
+
+
+class TickOutputSerializer(serializers.Serializer):
+    now = serializers.DateTimeField(help_text="The simulated 'now' the cycle ran at.")
+    fired = FiredSerializer(many=True, help_text="What became due: time, then event, then state.")
+    rehearsed = serializers.IntegerField(help_text="Long-pending intentions re-surfaced.")
