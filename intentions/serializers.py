@@ -36,6 +36,8 @@ MAX_SESSION = 200
 MAX_REASON = 250  # the service prefixes it ("failed: …; retry 2") into a 300-character column
 MAX_IDS = 1000
 SMALLINT = 32767
+MAX_INT = 2**31 - 1  # PostgreSQL integer (versions)
+MAX_BIGINT = 2**63 - 1  # PostgreSQL bigint (pending item ids)
 
 _datetime = serializers.DateTimeField().to_representation
 
@@ -156,6 +158,7 @@ class WorkingStateWriteInputSerializer(StrictSerializer):
     state = serializers.DictField(help_text=STATE_HELP)
     based_on = StrictIntegerField(
         min_value=0,
+        max_value=MAX_INT,
         help_text="The version you read (0 for a new thread). Another write since then makes "
         "this one 409 stale_version.",
     )
@@ -166,7 +169,10 @@ class WorkingStateWriteInputSerializer(StrictSerializer):
 
 class WorkingStateQuerySerializer(StrictSerializer):
     version = serializers.IntegerField(
-        min_value=0, required=False, help_text="An earlier version (default: the current one)."
+        min_value=0,
+        max_value=MAX_INT,
+        required=False,
+        help_text="An earlier version (default: the current one).",
     )
 
 
@@ -188,7 +194,7 @@ class SessionInputSerializer(StrictSerializer):
 
 class PendingClearInputSerializer(StrictSerializer):
     ids = serializers.ListField(
-        child=StrictIntegerField(min_value=1),
+        child=StrictIntegerField(min_value=1, max_value=MAX_BIGINT),
         allow_empty=False,
         max_length=MAX_IDS,
         help_text="Ids of pending items the agent has seen.",
