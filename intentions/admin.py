@@ -14,6 +14,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.text import Truncator
 
 from piper.errors import PiperError
@@ -349,7 +350,7 @@ class IntentionAdmin(ReadOnlyMixin, admin.ModelAdmin):
         ]
         if not links:
             return "-"
-        return format_html_join(format_html("<br>"), '<a href="{}">{}</a> ({})', links)
+        return format_html_join(mark_safe("<br>"), '<a href="{}">{}</a> ({})', links)
 
     @admin.display(description="waits for")
     def dependencies(self, intention: Intention) -> str:
