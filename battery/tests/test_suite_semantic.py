@@ -23,9 +23,11 @@ from battery.runner import suite_execute
 from battery.scoring import score_run, suite_result
 from battery.services import throwaway_client_create
 from battery.suites import semantic
+from battery.suites.prospective import draw as prospective_draw
 from battery.suites.semantic import draw
 from battery.suites.semantic.draw import value_key
 from battery.suites.semantic.judge import Tally, judge_paths, judge_values, miss, summarize
+from battery.suites.working_state import draw as working_state_draw
 from battery.taxonomy import FailureCode as F
 from battery.transport import InProcessTransport
 
@@ -672,10 +674,17 @@ SMALL = {"c1": 5, "c2": 5, "c3": 5, "c4": 5, "c5": 6}
 @pytest.mark.django_db(transaction=True)
 def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
     monkeypatch.setattr(draw, "COUNTS", SMALL)
+    monkeypatch.setattr(working_state_draw, "COUNTS", {"a1": 2, "a2": 2, "a3": 2})
+    monkeypatch.setattr(prospective_draw, "COUNTS", dict.fromkeys(prospective_draw.COUNTS, 2))
     battery("run", "--report", str(tmp_path), "--seed", "8")
     run = BatteryRun.objects.get()
-    assert (run.status, run.suites, run.score) == ("passed", ["C", "L"], 100.0)
-    assert {code: s["items"] for code, s in run.suite_scores.items()} == {"C": 26, "L": 5}
+    assert (run.status, run.suites, run.score) == ("passed", ["A", "C", "E", "L"], 100.0)
+    assert {code: s["items"] for code, s in run.suite_scores.items()} == {
+        "A": 6,
+        "C": 26,
+        "E": 14,
+        "L": 5,
+    }
 
 
 @pytest.mark.django_db(transaction=True)
