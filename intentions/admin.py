@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
+from django.db.models.fields.json import KT
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
@@ -86,19 +87,34 @@ def _when(value) -> str:
 # ------------------------------------------------------------------------- threads
 
 
+INLINE_VERSIONS = 20
+
+
 class WorkingStateInline(ReadOnlyMixin, admin.TabularInline):
+    """The latest versions only, without their state (up to 64 KiB each): a long-lived
+    thread has thousands. The thread's page links to all of them."""
+
     model = WorkingState
     fields = ["version", "based_on", "size_bytes", "session_id", "goal", "created_at"]
     readonly_fields = fields
     ordering = ["-version"]
     extra = 0
     show_change_link = True
-    verbose_name_plural = "working-state versions (newest first)"
+    verbose_name_plural = f"working-state versions (newest first; the latest {INLINE_VERSIONS})"
+
+    def get_queryset(self, request):
+        # A filter, not a slice: the inline formset filters the queryset again.
+        return (
+            super()
+            .get_queryset(request)
+            .filter(version__gt=F("thread__current_version") - INLINE_VERSIONS)
+            .defer("state")
+            .annotate(goal_text=KT("state__goal"), next_action_text=KT("state__next_action"))
+        )
 
     @admin.display(description="goal / next action")
     def goal(self, version: WorkingState) -> str:
-        state = version.state or {}
-        text = state.get("goal") or json.dumps(state.get("next_action"), ensure_ascii=False)
+        text = version.goal_text or version.next_action_text
         return Truncator(text or "-").chars(80)
 
 
@@ -130,13 +146,19 @@ class HandoverInline(ReadOnlyMixin, admin.TabularInline):
 
 class PendingItemInline(ReadOnlyMixin, admin.TabularInline):
     model = PendingItem
-    fields = ["intention", "kind", "occurrence", "added_at", "cleared_at"]
+    fields = ["intention", "kind", "occurrence", "added_at"]
     readonly_fields = fields
     extra = 0
-    verbose_name_plural = "pending items (fired or rehearsed into the working state)"
+    verbose_name_plural = "pending items (fired or rehearsed, not yet cleared by the agent)"
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("intention")
+        return (
+            super()
+            .get_queryset(request)
+            .filter(cleared_at__isnull=True)
+            .select_related("intention")
+            .only("id", "thread_id", "intention__description", "kind", "occurrence", "added_at")
+        )
 
 
 @admin.register(Thread)
@@ -153,11 +175,19 @@ class ThreadAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "status",
         "session_id",
         "current_version",
+        "all_versions",
         "created_at",
         "updated_at",
     ]
     fields = readonly_fields
     inlines = [WorkingStateInline, HandoverInline, PendingItemInline]
+
+    @admin.display(description="history")
+    def all_versions(self, thread: Thread) -> str:
+        url = reverse("admin:intentions_workingstate_changelist")
+        return format_html(
+            '<a href="{}?q={}">all {} versions</a>', url, thread.pk, thread.current_version
+        )
 
 
 @admin.register(WorkingState)

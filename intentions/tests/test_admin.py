@@ -163,13 +163,40 @@ def test_nothing_is_added_or_deleted_in_the_admin(admin_client, memory, model):
 
 def test_thread_page_shows_versions_newest_first_handovers_and_pending(admin_client, memory):
     content = admin_client.get(change_page("thread", memory["thread"].pk)).content.decode()
-    assert "Working-state versions (newest first)" in content
+    assert "Working-state versions (newest first; the latest 20)" in content
     newest, oldest = content.index("ship &lt;b&gt;now&lt;/b&gt;"), content.index(">ship<")
     assert newest < oldest  # version 2 above version 1, and escaped
     assert "<b>now</b>" not in content
     assert "shift" in content and "s2" in content  # the handover
     assert "call &lt;the&gt; client" in content  # the pending item's intention
     assert change_page("workingstate", memory["workingstate"].pk) in content
+
+
+def test_thread_page_shows_the_latest_versions_and_links_to_all(admin_client, memory):
+    agent, thread = memory["agent"], memory["thread"]
+    other, _ = state.thread_get_or_create(agent=agent, key="long")
+    for version in range(25):
+        state.working_state_write(
+            agent=agent, thread=other, state={"goal": f"goal #{version + 1}."}, based_on=version
+        )
+    response = admin_client.get(change_page("thread", other.pk))
+    formset = response.context["inline_admin_formsets"][0].formset
+    assert [form.instance.version for form in formset.forms] == list(range(25, 5, -1))
+    content = response.content.decode()
+    assert "goal #25." in content and "goal #6." in content and "goal #5." not in content
+    link = f"{changelist('workingstate')}?q={other.pk}"
+    assert f'<a href="{link}">all 25 versions</a>' in content
+    listed = admin_client.get(link)
+    assert listed.context["cl"].result_count == 25
+    assert thread.pk != other.pk
+
+
+def test_thread_page_shows_only_uncleared_pending_items(admin_client, memory):
+    agent, thread = memory["agent"], memory["thread"]
+    item = thread.pending.get()
+    state.pending_clear(agent=agent, thread=thread, item_ids=[item.pk])
+    content = admin_client.get(change_page("thread", thread.pk)).content.decode()
+    assert "call &lt;the&gt; client" not in content
 
 
 def test_working_state_page_shows_the_whole_state(admin_client, memory):
