@@ -272,31 +272,40 @@ def _branch(draw: Draw, token: str) -> dict[str, Any]:
     }
 
 
-def _altered(draw: Draw, state: dict[str, Any], token: str, fields: list[str]) -> dict[str, Any]:
-    """A look-alike of `state` whose `fields` hold other values (a draft, or a
-    neighbour's checkpoint)."""
+def _altered(
+    draw: Draw, state: dict[str, Any], token: str, fields: list[str], *, neighbour: str = ""
+) -> dict[str, Any]:
+    """A look-alike of `state` whose `fields` hold other values: an earlier
+    draft of it, or (with `neighbour`, that thread's token) a neighbouring
+    thread's checkpoint. The two are altered differently, so an answer that
+    holds one can be told from an answer that holds the other."""
     rng = draw.rng
     other = copy.deepcopy(state)
+    note = " (per the other team)" if neighbour else " (unconfirmed)"
     for name in fields:
         if name == "goal":
-            other["goal"] = state["goal"].replace(" by ", " no later than ", 1)
+            goal = state["goal"].replace(" by ", " before " if neighbour else " no later than ", 1)
+            other["goal"] = goal.replace(token, neighbour) if neighbour else goal
         elif name == "subgoal":
-            other["subgoal"] = state["subgoal"].replace(" for the ", " for the new ", 1)
+            word = " for the other " if neighbour else " for the new "
+            other["subgoal"] = state["subgoal"].replace(" for the ", word, 1)
         elif name in ("assumptions", "unresolved_questions"):
             values = list(state[name])
             index = rng.randrange(len(values))
             ending = "?" if name == "unresolved_questions" else ""
-            values[index] = f"{values[index].rstrip('?')} (unconfirmed){ending}"
+            values[index] = f"{values[index].rstrip('?')}{note}{ending}"
             other[name] = values
         elif name == "artifacts":
             other["artifacts"] = [dict(a) for a in state["artifacts"]]
-            other["artifacts"][rng.randrange(len(state["artifacts"]))]["sha256"] = "0" * 16
+            index = rng.randrange(len(state["artifacts"]))
+            other["artifacts"][index]["sha256"] = ("f" if neighbour else "0") * 16
         elif name == "failed_branches":
-            other["failed_branches"] = [{**state["failed_branches"][0], "attempts": 9}]
+            attempts = 7 if neighbour else 9
+            other["failed_branches"] = [{**state["failed_branches"][0], "attempts": attempts}]
         elif name == "next_action":
-            other["next_action"] = _next_action(draw, token)
+            other["next_action"] = _next_action(draw, neighbour or token)
             while other["next_action"] == state["next_action"]:
-                other["next_action"] = _next_action(draw, token)
+                other["next_action"] = _next_action(draw, neighbour or token)
     return other
 
 
@@ -384,7 +393,8 @@ def _noise(draw: Draw, token: str, thread: str, state: dict[str, Any]) -> dict[s
     for _ in range(rng.randrange(2, 4)):
         other = draw.lookalike(token)
         versions = [
-            _altered(draw, state, other, list(CRITICAL)) for _ in range(rng.randrange(1, 3))
+            _altered(draw, state, token, list(CRITICAL), neighbour=other)
+            for _ in range(rng.randrange(1, 3))
         ]
         threads.append(
             {
