@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from django.core.validators import URLValidator
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.types import OpenApiTypes
@@ -643,8 +644,21 @@ class ResumeOutputSerializer(serializers.Serializer):
 # ------------------------------------------------------------------ engine helpers
 
 
+class HttpUrlField(serializers.URLField):
+    """A URL the outbox can POST to: http or https only."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.validators = [
+            URLValidator(schemes=["http", "https"], message="Enter an http(s) URL.")
+            if isinstance(validator, URLValidator)
+            else validator
+            for validator in self.validators
+        ]
+
+
 class WebhookInputSerializer(StrictSerializer):
-    url = serializers.URLField(max_length=2000, help_text="http(s) URL that receives firings.")
+    url = HttpUrlField(max_length=2000, help_text="http(s) URL that receives firings.")
     secret = StrictCharField(
         min_length=16,
         max_length=200,

@@ -2216,7 +2216,8 @@ class TestWebhook:
         ("body", "field", "message"),
         [
             ({"secret": SECRET}, "url", "This field is required."),
-            ({"url": "hooks.test", "secret": SECRET}, "url", "Enter a valid URL."),
+            ({"url": "ftp://hooks.test/x", "secret": SECRET}, "url", "Enter an http(s) URL."),
+            ({"url": "hooks.test", "secret": SECRET}, "url", "Enter an http(s) URL."),
             ({"url": "https://h.test/x"}, "secret", "This field is required."),
             (
                 {"url": "https://h.test/x", "secret": "short"},
