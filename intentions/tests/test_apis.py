@@ -31,11 +31,12 @@ from intentions.models import (
     Webhook,
     WorkingState,
 )
-from intentions.services import engine
+from intentions.services import engine, lifecycle
 from intentions.services.state import STATE_FIELDS
 from ledger.models import Event
 from ledger.tests.helpers import error, ledger_state
 from piper.api.models import IdempotencyRecord
+from piper.errors import InvalidInput
 from piper.tenancy.models import Scope
 from piper.tenancy.services import agent_create, api_key_create
 
@@ -2566,3 +2567,34 @@ class TestConcurrency:
         assert sorted(r.status_code for r in responses) == [200, 200, 200, 200, 200, 201]
         assert len({r.json()["id"] for r in responses}) == 1
         assert Thread.objects.filter(agent=client.agent).count() == 1
+
+
+class TestServiceGuards:
+    """The API refuses these (reason ≤ 250 characters, a typed retry_policy); the services
+    do not, so the admin, commands and tasks can still reach the database with them."""
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="lifecycle._move stores the reason in Transition.reason, varchar(300), without "
+        "a length check: a long cancel reason is a DataError (500), not InvalidInput",
+    )
+    def test_a_long_cancel_reason_is_bad_input(self, client_a):
+        intention = make_intention(client_a)
+        with pytest.raises(InvalidInput):
+            lifecycle.intention_cancel(
+                agent=client_a.agent, intention_id=uuid.UUID(intention["id"]), reason="r" * 301
+            )
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="intention_create keeps any retry_policy; intention_fail then calls "
+        "int(policy['max_retries']) and raises ValueError (500) for {'max_retries': 'x'}",
+    )
+    def test_a_retry_policy_of_the_wrong_shape_is_refused_when_made(self, client_a):
+        with pytest.raises(InvalidInput):
+            lifecycle.intention_create(
+                agent=client_a.agent,
+                data=lifecycle.IntentionInput(
+                    description="x", trigger_type="manual", retry_policy={"max_retries": "x"}
+                ),
+            )
