@@ -157,6 +157,9 @@ class Plan:
         self.check("suppressed", "suppressed", ref=ref, step=step)
 
     def spec(self, kind: str, number: int, title: str, variant: str) -> ItemSpec:
+        """The item, its checks in timeline order (those about the end last), so
+        that its first miss is the earliest."""
+        self.checks.sort(key=lambda check: check.get("step", LAST + 1))
         planned: dict[str, int] = {}
         for check in self.checks:
             planned[check["metric"]] = planned.get(check["metric"], 0) + 1
@@ -965,8 +968,8 @@ def _e6_item(draw: Draw, number: int) -> ItemSpec:
         fires = rng.randrange(created + 1, LAST)
         plan.create(created, "x", _time_body(rng, token, between(rng, fires)))
         plan.recall("x", fires)
-        plan.once("x")
         plan.cancel("x", fires + 1)
+        plan.once("x")
         title = f"E6 cancelled while due (fired at step {fires})"
     elif variant == "recurring":
         while True:
@@ -979,8 +982,8 @@ def _e6_item(draw: Draw, number: int) -> ItemSpec:
         plan.create(created, "x", _time_body(rng, token, due, rrule=f"{rule};COUNT=3"))
         plan.recall("x", first)
         plan.complete("x", first + 1, last=False)
-        plan.once("x")
         plan.cancel("x", rng.randrange(first + 1, second))
+        plan.once("x")
         title = f"E6 recurring ({rule}) cancelled between occurrences 1 and 2"
     else:
         plan.create(created, "d", _manual_body(rng, token, "Prerequisite"))
