@@ -7,73 +7,28 @@ serializes without a query per row.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from piper.api.serializers import StrictCharField, StrictFloatField, StrictSerializer
+from piper.api.serializers import (
+    AwareDateTimeField,
+    CommaListField,
+    QueryDateTimeField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictSerializer,
+)
 from piper.provenance import Authority, SourceType
 
 from .models import Cardinality, Fact, FactOrigin, FactStatus, ValueType
 from .services import MAX_BATCH, MAX_NAME, MISSING, ClaimInput, Provenance
 
 ENTITY_REF_HELP = "An entity id, or any of the entity's names (case-insensitive)."
-
-
-class AwareDateTimeField(serializers.DateTimeField):
-    """An ISO 8601 date-time that names its time zone: a bare local time is ambiguous
-    on both time axes, so it is refused rather than read as UTC."""
-
-    default_error_messages = {
-        "naive": "must carry a time zone, e.g. 2026-01-31T09:00:00Z",
-    }
-
-    def enforce_timezone(self, value):
-        if timezone.is_naive(value):
-            self.fail("naive")
-        return super().enforce_timezone(value)
-
-
-class QueryDateTimeField(AwareDateTimeField):
-    """AwareDateTimeField for a query string, where an unencoded '+' of a UTC offset
-    arrives as a space: `valid_time=2021-01-01T00:00:00+02:00` reads as intended."""
-
-    UNENCODED_PLUS = re.compile(r"^(\S+T\d\d:\d\d(?::\d\d(?:\.\d+)?)?) (\d\d(?::?\d\d)?)$")
-
-    def to_internal_value(self, value):
-        if isinstance(value, str):
-            value = self.UNENCODED_PLUS.sub(r"\1+\2", value)
-        return super().to_internal_value(value)
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """An integer must arrive as a JSON integer: "5", 5.0 and true are not integers."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """A boolean must arrive as JSON true or false: "yes" and 1 are not booleans."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, bool):
-            self.fail("invalid", input=data)
-        return data
-
-
-class CommaListField(serializers.ListField):
-    """A query parameter holding a comma-separated list: `predicates=a,b,c`."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, str):
-            data = [part.strip() for part in data.split(",")]
-        return super().to_internal_value(data)
 
 
 # ------------------------------------------------------------------------ provenance

@@ -24,7 +24,7 @@ from piper.tenancy.models import Agent, Scope
 
 from . import selectors
 from .clock import now_for
-from .models import AgentClock, Thread, TriggerType, Webhook
+from .models import Thread, TriggerType
 from .serializers import (
     ClockInputSerializer,
     ClockOutputSerializer,
@@ -59,7 +59,7 @@ from .serializers import (
     WorkingStateWriteInputSerializer,
     page_of,
 )
-from .services import engine, lifecycle, state
+from .services import engine, lifecycle, outbox, state
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
@@ -603,20 +603,6 @@ class IntentionTickApi(APIView):
 # ------------------------------------------------------------------ engine helpers
 
 
-# The intentions services have no webhook or clock-reset writes yet; until they
-# do, these two stand in for them (reported to the lead).
-def _webhook_set(*, agent: Agent, url: str, secret: str) -> Webhook:
-    hook, _ = Webhook.objects.update_or_create(
-        agent=agent, defaults={"url": url, "secret": secret, "is_active": True}
-    )
-    return selectors.webhook_get(agent=agent)
-
-
-def _clock_clear(*, agent: Agent) -> int:
-    deleted, _ = AgentClock.objects.filter(agent=agent).delete()
-    return deleted
-
-
 class WebhookApi(APIView):
     required_scope = Scope.ADMIN
 
@@ -644,8 +630,8 @@ class WebhookApi(APIView):
     def put(self, request):
         def write():
             data = _body(WebhookInputSerializer, request)
-            hook = _webhook_set(agent=request.user, **data)
-            return Response(WebhookOutputSerializer(hook).data)
+            outbox.webhook_set(agent=request.user, **data)
+            return Response(WebhookOutputSerializer(selectors.webhook_get(agent=request.user)).data)
 
         return idempotent_write(request, write)
 
@@ -658,10 +644,8 @@ class WebhookApi(APIView):
     )
     def delete(self, request):
         def write():
-            hook = selectors.webhook_get(agent=request.user)
-            if hook is None:
+            if not outbox.webhook_delete(agent=request.user):
                 raise NotFound("no webhook is set for this agent")
-            hook.delete()
             return Response(status=status.HTTP_204_NO_CONTENT)
 
         return idempotent_write(request, write)
@@ -709,7 +693,7 @@ class ClockApi(APIView):
     def delete(self, request):
         def write():
             _battery_only(request.user, "a simulated clock")
-            _clock_clear(agent=request.user)
+            engine.clock_clear(agent=request.user)
             return self._now(request.user)
 
         return idempotent_write(request, write)

@@ -174,6 +174,10 @@ class Intention(models.Model):
     armed_after_seq = models.BigIntegerField(
         default=0, help_text="Event triggers match only ledger events after this seq."
     )
+    attempts = models.PositiveSmallIntegerField(
+        default=0,
+        help_text="Failed attempts at the current occurrence (retry_policy counts these).",
+    )
     last_fired_at = models.DateTimeField(null=True, blank=True)
     last_rehearsed_at = models.DateTimeField(null=True, blank=True)
     retry_policy = models.JSONField(default=dict, blank=True)

@@ -17,8 +17,12 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from facts.serializers import AwareDateTimeField, StrictIntegerField
-from piper.api.serializers import StrictCharField, StrictSerializer
+from piper.api.serializers import (
+    AwareDateTimeField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+)
 
 from .models import (
     Firing,

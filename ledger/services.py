@@ -104,12 +104,13 @@ def _as_stored(value: Any, path: str = "payload", depth: int = 0) -> Any:
     return value
 
 
-def json_storage_error(value: Any, *, path: str) -> str | None:
+def json_storage_error(value: Any, *, path: str, depth: int = 0) -> str | None:
     """Why the ledger could not store `value` faithfully (NaN, NUL, lone
     surrogates, nesting too deep), or None. For apps that validate a value
-    before it becomes part of an event's payload."""
+    before it becomes part of an event's payload; `depth` is how deep in that
+    payload it will sit (a value under payload["state"] sits at depth 1)."""
     try:
-        _as_stored(value, path)
+        _as_stored(value, path, depth)
     except _UnstorablePayload as exc:
         return str(exc)
     return None

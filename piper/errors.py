@@ -22,6 +22,13 @@ class InvalidInput(PiperError):
     default_code = "invalid"
 
 
+class PermissionDenied(PiperError):
+    """Allowed to nobody in the caller's position (not a missing scope: DRF says that)."""
+
+    status = 403
+    default_code = "forbidden"
+
+
 class NotFound(PiperError):
     status = 404
     default_code = "not_found"

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from ledger.models import ChainHead, Event
 from ledger.services import event_append
+from piper.errors import InvalidInput
 from piper.provenance import SourceType
 from piper.tenancy.models import Agent
 
@@ -98,6 +99,8 @@ def fire(
         )
         if intention is None or intention.status not in ARMED:
             return None
+        if intention.expires_at is not None and at >= intention.expires_at:
+            return None  # too late: expiry, not a firing
         if occurrence is not None and intention.occurrence != occurrence:
             return None
         if Firing.objects.filter(intention=intention, occurrence=intention.occurrence).exists():
@@ -207,6 +210,7 @@ def scan_time(
     and never hold one agent's ledger lock for a whole chunk.
     """
     now = now or (now_for(agent.pk) if agent else timezone.now())
+    expire_due(agent=agent, now=now)  # first: what has expired must not fire
     fired: list[Fired] = []
     scope = _agents_on(agent)
     after = None
@@ -231,12 +235,12 @@ def scan_time(
         if len(rows) < chunk:
             break
         after = (rows[-1][2], rows[-1][0])
-    expire_due(agent=agent, now=now)
     return fired
 
 
 def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> int:
-    """Expiry is explicit: only intentions with an expires_at in the past."""
+    """Expiry is explicit: only intentions with an expires_at in the past.
+    Each expiry is its own transaction, recorded in the ledger."""
     now = now or (now_for(agent.pk) if agent else timezone.now())
     open_statuses = [
         IntentionStatus.ACTIVE,
@@ -245,24 +249,56 @@ def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> in
         IntentionStatus.EXECUTING,
     ]
     count = 0
-    with transaction.atomic():
-        for intention in Intention.objects.filter(
-            _agents_on(agent), status__in=open_statuses, expires_at__lte=now
-        ).select_for_update(skip_locked=True)[:SCAN_CHUNK]:
-            record_transition(
-                intention, IntentionStatus.EXPIRED, at=now, reason="expires_at passed"
+    ids = list(
+        Intention.objects.filter(_agents_on(agent), status__in=open_statuses, expires_at__lte=now)
+        .order_by("expires_at")
+        .values_list("pk", flat=True)
+    )
+    for pk in ids:
+        with transaction.atomic():
+            intention = (
+                Intention.objects.select_for_update(of=("self",))
+                .select_related("agent")
+                .filter(pk=pk, status__in=open_statuses, expires_at__lte=now)
+                .first()
             )
-            Intention.objects.filter(pk=intention.pk, status=intention.status).update(
+            if intention is None:  # finished or expired meanwhile
+                continue
+            event = _event(
+                intention, "intention.expired", {"from": intention.status, "at": now.isoformat()}
+            )
+            record_transition(
+                intention, IntentionStatus.EXPIRED, at=now, reason="expires_at passed", event=event
+            )
+            Intention.objects.filter(pk=intention.pk).update(
                 status=IntentionStatus.EXPIRED, updated_at=timezone.now()
             )
             count += 1
     return count
 
 
+def _event(intention: Intention, event_type: str, payload: dict) -> Event:
+    return event_append(
+        agent=intention.agent,
+        event_type=event_type,
+        payload={"intention_id": str(intention.pk), "occurrence": intention.occurrence, **payload},
+        session_id=intention.inherited_by or intention.source_session,
+        source_type=SourceType.OBSERVATION,
+    )
+
+
 def match_events(*, agent_id: uuid.UUID) -> list[Fired]:
     """Match the agent's ledger events not yet read against its armed event
     triggers. The cursor row is locked while reading, so two workers never
-    read the same events; a firing would still be unique if they did."""
+    read the same events; a firing would still be unique if they did.
+
+    Matches are found first and their rows locked (in id order) before any is
+    fired: firing takes the ledger's chain lock, and the lock order everywhere
+    is intention rows first, chain head second.
+    """
+    if not Agent.objects.filter(pk=agent_id).exists():
+        logger.info("match_events: agent %s does not exist", agent_id)
+        return []
     fired: list[Fired] = []
     while True:
         with transaction.atomic():
@@ -278,7 +314,7 @@ def match_events(*, agent_id: uuid.UUID) -> list[Fired]:
             armed = list(
                 Intention.objects.filter(
                     agent_id=agent_id, status=IntentionStatus.ACTIVE, trigger_type=TriggerType.EVENT
-                ).only("pk", "occurrence", "trigger_spec", "armed_after_seq")
+                ).only("pk", "occurrence", "trigger_spec", "armed_after_seq", "not_before")
             )
             if not armed:  # nothing can match: skip to the head
                 EventCursor.objects.filter(pk=agent_id, last_seq__lt=head).update(last_seq=head)
@@ -291,21 +327,33 @@ def match_events(*, agent_id: uuid.UUID) -> list[Fired]:
                 .order_by("seq")[:EVENT_CHUNK]
             )
             now = now_for(agent_id)
+            # not_before holds a trigger back: a cue before it does not count.
+            armed = [i for i in armed if i.not_before is None or i.not_before <= now]
+            matches: dict[uuid.UUID, tuple[Intention, Event]] = {}
             for event in events:
-                for intention in list(armed):
-                    if event.seq > intention.armed_after_seq and triggers.event_matches(
-                        intention.trigger_spec, event
+                for intention in armed:
+                    if (
+                        intention.pk not in matches
+                        and event.seq > intention.armed_after_seq
+                        and triggers.event_matches(intention.trigger_spec, event)
                     ):
-                        result = fire_safely(
-                            intention_id=intention.pk,
-                            occurrence=intention.occurrence,
-                            cause=TriggerType.EVENT,
-                            at=now,
-                            cause_event=event,
-                        )
-                        if result:
-                            fired.append(result)
-                        armed.remove(intention)  # fired (by us or a racer): no longer armed
+                        matches[intention.pk] = (intention, event)
+            list(
+                Intention.objects.select_for_update()
+                .filter(pk__in=sorted(matches))
+                .order_by("pk")
+                .values_list("pk", flat=True)
+            )
+            for intention, event in matches.values():
+                result = fire_safely(
+                    intention_id=intention.pk,
+                    occurrence=intention.occurrence,
+                    cause=TriggerType.EVENT,
+                    at=now,
+                    cause_event=event,
+                )
+                if result:
+                    fired.append(result)
             done = len(events) < EVENT_CHUNK
             EventCursor.objects.filter(pk=agent_id).update(
                 last_seq=head if done else events[-1].seq
@@ -329,6 +377,8 @@ def check_states(*, agent: Agent | None = None, now: datetime | None = None) -> 
     )
     for intention in armed.iterator(chunk_size=SCAN_CHUNK):
         at = now or now_for(intention.agent_id)
+        if intention.not_before is not None and at < intention.not_before:
+            continue  # held back until not_before
         spec = intention.trigger_spec
         try:
             subject = facts_selectors.entity_resolve(agent=intention.agent, ref=spec["subject"])
@@ -360,24 +410,63 @@ def check_states(*, agent: Agent | None = None, now: datetime | None = None) -> 
     return fired
 
 
+def unmet(dependencies) -> bool:
+    """Is any of these intentions not yet done? Done means completed — for a
+    recurring one, completed at least once (it is active again, for its next
+    occurrence); a skipped occurrence is not done."""
+    pending = [d.pk for d in dependencies if d.status != IntentionStatus.COMPLETED]
+    if not pending:
+        return False
+    done = set(
+        Transition.objects.filter(intention_id__in=pending, to_status=IntentionStatus.COMPLETED)
+        .exclude(reason="skipped")
+        .values_list("intention_id", flat=True)
+    )
+    return any(pk not in done for pk in pending)
+
+
+def lock_dependents(intention: Intention) -> None:
+    """Lock the rows release_dependents may change, before the caller writes to
+    the ledger: the lock order everywhere is intention rows, then chain head."""
+    list(
+        Intention.objects.select_for_update()
+        .filter(dependency_links__depends_on=intention, status=IntentionStatus.BLOCKED)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+
+
 def release_dependents(*, intention: Intention, at: datetime) -> list[Fired]:
-    """An intention completed: fire the blocked ones whose dependencies are now all done."""
+    """An intention completed. Its blocked dependents with every dependency now
+    done are released: a dependency trigger fires; any other trigger is re-armed
+    (active) and fires on its own cue."""
     fired = []
     for dependent in Intention.objects.filter(
         dependency_links__depends_on=intention, status=IntentionStatus.BLOCKED
-    ):
-        unmet = dependent.dependency_links.exclude(
-            depends_on__status=IntentionStatus.COMPLETED
-        ).exists()
-        if not unmet and (
-            result := fire_safely(
+    ).select_related("agent"):
+        if unmet(
+            [link.depends_on for link in dependent.dependency_links.select_related("depends_on")]
+        ):
+            continue
+        if dependent.trigger_type == TriggerType.DEPENDENCY:
+            result = fire_safely(
                 intention_id=dependent.pk,
                 occurrence=dependent.occurrence,
                 cause=TriggerType.DEPENDENCY,
                 at=at,
             )
-        ):
-            fired.append(result)
+            if result:
+                fired.append(result)
+            continue
+        event = _event(
+            dependent, "intention.rearmed", {"from": "blocked", "reason": "dependencies met"}
+        )
+        record_transition(
+            dependent, IntentionStatus.ACTIVE, at=at, reason="dependencies met", event=event
+        )
+        Intention.objects.filter(pk=dependent.pk, status=IntentionStatus.BLOCKED).update(
+            status=IntentionStatus.ACTIVE, updated_at=timezone.now()
+        )
     return fired
 
 
@@ -386,7 +475,7 @@ def rehearse(*, agent: Agent | None = None, now: datetime | None = None) -> int:
     working state, so nothing waits unseen."""
     count = 0
     candidates = Intention.objects.filter(_agents_on(agent), status__in=ARMED, thread__isnull=False)
-    for intention in candidates.iterator(chunk_size=SCAN_CHUNK):
+    for intention in candidates.select_related("agent").iterator(chunk_size=SCAN_CHUNK):
         at = now or now_for(intention.agent_id)
         # Set at creation (the agent had it in mind then), on the engine's clock.
         seen = intention.last_rehearsed_at or intention.created_at
@@ -407,6 +496,11 @@ def rehearse(*, agent: Agent | None = None, now: datetime | None = None) -> int:
             )
             if not created:
                 PendingItem.objects.filter(pk=item.pk).update(added_at=at, cleared_at=None)
+            _event(
+                intention,
+                "intention.rehearsed",
+                {"at": at.isoformat(), "thread_id": str(intention.thread_id)},
+            )
             count += 1
     return count
 
@@ -424,5 +518,14 @@ def tick(*, agent: Agent) -> dict:
 
 
 def clock_set(*, agent: Agent, now: datetime) -> AgentClock:
+    """Put an agent on a simulated clock; the wall-clock scans then leave it alone.
+    The API allows it only for the Memory Battery's throwaway agents."""
+    if now.tzinfo is None:
+        raise InvalidInput("now must carry a time zone", details={"now": ["naive"]})
     clock, _ = AgentClock.objects.update_or_create(agent=agent, defaults={"now": now})
     return clock
+
+
+def clock_clear(*, agent: Agent) -> None:
+    """Back to the wall clock."""
+    AgentClock.objects.filter(agent=agent).delete()

@@ -79,7 +79,40 @@ def _check_times(data: IntentionInput) -> dict[str, list[str]]:
         errors["due_at"] = ["a time trigger needs due_at (or not_before)"]
     if data.rrule and data.trigger_type != TriggerType.TIME:
         errors["rrule"] = ["recurrence applies to time triggers"]
+    start = data.due_at or data.not_before
+    if data.expires_at and start and data.expires_at <= start:
+        errors["expires_at"] = ["must be after due_at (and not_before)"]
     return errors
+
+
+MAX_REASON = 300
+
+
+def _check_reason(reason: Any, *, required: bool = False) -> str:
+    if not isinstance(reason, str) or len(reason) > MAX_REASON or (required and not reason.strip()):
+        raise InvalidInput(
+            f"reason: {'required, ' if required else ''}text of at most {MAX_REASON} characters",
+            details={"reason": ["invalid"]},
+        )
+    return reason
+
+
+def _check_retry_policy(policy: Any) -> None:
+    if not isinstance(policy, dict):
+        raise InvalidInput(
+            "retry_policy: a JSON object", details={"retry_policy": ["must be an object"]}
+        )
+    problems = [
+        f"unknown key {k!r}" for k in sorted(set(policy) - {"max_retries", "backoff_seconds"})
+    ]
+    for key, least in (("max_retries", 0), ("backoff_seconds", 1)):
+        value = policy.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < least
+        ):
+            problems.append(f"{key} must be a whole number >= {least}")
+    if problems:
+        raise InvalidInput(f"retry_policy: {problems[0]}", details={"retry_policy": problems})
 
 
 def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
@@ -88,17 +121,21 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
     intention whose dependencies are already complete fires at once."""
     if not isinstance(data.description, str) or not data.description.strip():
         raise InvalidInput("describe what is to be done", details={"description": ["required"]})
+    if problem := json_storage_error(data.description, path="description", depth=1):
+        raise InvalidInput(problem, details={"description": [problem]})
     spec = triggers.validate_spec(data.trigger_type, data.trigger_spec)
+    _check_retry_policy(data.retry_policy)
     errors = _check_times(data)
     if errors:
         name, messages = next(iter(errors.items()))
         raise InvalidInput(f"{name}: {messages[0]}", details=errors)
-    for name in ("required_context", "retry_policy", "escalation_policy"):
-        if problem := json_storage_error(getattr(data, name), path=name):
+    for name in ("required_context", "escalation_policy"):
+        if problem := json_storage_error(getattr(data, name), path=name, depth=1):
             raise InvalidInput(problem, details={name: [problem]})
     if data.thread is not None and data.thread.agent_id != agent.pk:
         raise NotFound(f"thread {data.thread.pk} not found")
-    due_at = data.due_at
+    # A time trigger with only not_before fires from that moment.
+    due_at = data.due_at or (data.not_before if data.trigger_type == TriggerType.TIME else None)
     if data.rrule:
         start = data.due_at or data.not_before
         due_at = triggers.occurrences_exist(data.rrule, start)
@@ -125,7 +162,9 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
             retry_policy=data.retry_policy,
             escalation_policy=data.escalation_policy,
             source_session=data.source_session,
-            status=IntentionStatus.BLOCKED if dependencies else IntentionStatus.ACTIVE,
+            status=IntentionStatus.BLOCKED
+            if engine.unmet(dependencies)
+            else IntentionStatus.ACTIVE,
             last_rehearsed_at=now_for(agent.pk),
         )
         intention.source_event = event_append(
@@ -159,7 +198,8 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
             event=intention.source_event,
             from_status="",
         )
-        if dependencies and all(d.status == IntentionStatus.COMPLETED for d in dependencies):
+        if intention.trigger_type == TriggerType.DEPENDENCY and not engine.unmet(dependencies):
+            # Its dependencies were already done: its trigger has happened.
             engine.fire_safely(
                 intention_id=intention.pk, cause=TriggerType.DEPENDENCY, at=now_for(agent.pk)
             )
@@ -182,7 +222,8 @@ def _own_intentions(agent: Agent, ids: Sequence[uuid.UUID]) -> list[Intention]:
 def intention_set_dependencies(
     *, agent: Agent, intention: Intention, dependencies: Sequence[uuid.UUID]
 ) -> Intention:
-    """Replace what an armed intention waits for. A cycle is refused (422)."""
+    """Replace what an armed intention waits for. A cycle is refused (422); a
+    dependency trigger must keep at least one dependency."""
     ids = list(dict.fromkeys(dependencies))
     with transaction.atomic():
         locked = _locked(agent, intention.pk)
@@ -190,6 +231,10 @@ def intention_set_dependencies(
             raise Conflict(
                 f"intention is {locked.status}; only a waiting one can change what it waits for",
                 code="not_armed",
+            )
+        if locked.trigger_type == TriggerType.DEPENDENCY and not ids:
+            raise InvalidInput(
+                "a dependency trigger needs dependencies", details={"dependencies": ["required"]}
             )
         targets = _own_intentions(agent, ids)
         if locked.pk in ids or _reaches(ids, locked.pk):
@@ -203,16 +248,15 @@ def intention_set_dependencies(
             [IntentionDependency(intention=locked, depends_on=t) for t in targets]
         )
         _ledger(locked, "intention.dependencies_set", {"dependencies": [str(i) for i in ids]})
-        unmet = [t for t in targets if t.status != IntentionStatus.COMPLETED]
         now = now_for(agent.pk)
-        if locked.trigger_type == TriggerType.DEPENDENCY or targets:
-            if unmet and locked.status == IntentionStatus.ACTIVE:
+        if engine.unmet(targets):
+            if locked.status == IntentionStatus.ACTIVE:
                 _move(locked, IntentionStatus.BLOCKED, now, "waiting for dependencies")
-            elif not unmet and locked.status == IntentionStatus.BLOCKED:
-                if locked.trigger_type == TriggerType.DEPENDENCY:
-                    engine.fire_safely(intention_id=locked.pk, cause=TriggerType.DEPENDENCY, at=now)
-                else:
-                    _move(locked, IntentionStatus.ACTIVE, now, "dependencies met")
+        elif locked.status == IntentionStatus.BLOCKED:
+            if locked.trigger_type == TriggerType.DEPENDENCY:
+                engine.fire_safely(intention_id=locked.pk, cause=TriggerType.DEPENDENCY, at=now)
+            else:  # nothing left to wait for: its own trigger decides
+                _move(locked, IntentionStatus.ACTIVE, now, "dependencies met")
     locked.refresh_from_db()
     return locked
 
@@ -296,6 +340,7 @@ def intention_complete(*, agent: Agent, intention_id: uuid.UUID, evidence: Any =
 
 def intention_skip(*, agent: Agent, intention_id: uuid.UUID, reason: str = "") -> Intention:
     """Skip this occurrence of a recurring intention: it moves to the next."""
+    reason = _check_reason(reason)
     return _finish(agent, intention_id, evidence={"skipped": True, "reason": reason}, skipped=True)
 
 
@@ -304,6 +349,9 @@ def _finish(agent: Agent, intention_id: uuid.UUID, *, evidence: Any, skipped: bo
         raise InvalidInput(problem, details={"evidence": [problem]})
     with transaction.atomic():
         intention = _locked(agent, intention_id)
+        # Lock order: intention rows, then the ledger's chain head (the first
+        # _move takes it). Dependents are locked now, not when released.
+        engine.lock_dependents(intention)
         if skipped and not intention.rrule:
             raise Conflict(
                 "only a recurring intention can skip an occurrence; cancel a one-shot",
@@ -337,6 +385,7 @@ def _finish(agent: Agent, intention_id: uuid.UUID, *, evidence: Any, skipped: bo
                     due_at=following,
                     occurrence=intention.occurrence + 1,
                     completion_evidence=None,
+                    attempts=0,
                 )
         if not skipped:
             engine.release_dependents(intention=intention, at=now)
@@ -353,8 +402,10 @@ def _first_start(intention: Intention) -> datetime:
 
 
 def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Intention:
-    """The attempt failed. Within retry_policy.max_retries it is re-armed after
-    backoff_seconds; beyond them it stays due for someone to escalate."""
+    """The attempt failed. Within retry_policy.max_retries a time intention is
+    re-armed after backoff_seconds, doubling each time; beyond them it stays
+    due, for someone to escalate (escalation_policy)."""
+    reason = _check_reason(reason, required=True)
     with transaction.atomic():
         intention = _locked(agent, intention_id)
         if intention.status not in (IntentionStatus.DUE, IntentionStatus.EXECUTING):
@@ -362,24 +413,20 @@ def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Int
                 f"intention is {intention.status}; only a due or executing one can fail",
                 code="invalid_transition",
             )
-        attempts = intention.transitions.filter(
-            reason__startswith="failed", occurrence=intention.occurrence
-        ).count()
         policy = intention.retry_policy or {}
+        attempts = intention.attempts + 1
         now = now_for(agent.pk)
-        if (
-            attempts < int(policy.get("max_retries", 0))
-            and intention.trigger_type == TriggerType.TIME
-        ):
-            backoff = timedelta(seconds=int(policy.get("backoff_seconds", 60)) * (2**attempts))
+        if attempts <= policy.get("max_retries", 0) and intention.trigger_type == TriggerType.TIME:
+            backoff = timedelta(seconds=policy.get("backoff_seconds", 60) * 2 ** (attempts - 1))
             # A retry is a new occurrence: it may fire again, exactly once.
             _move(
                 intention,
                 IntentionStatus.ACTIVE,
                 now,
-                f"failed: {reason}; retry {attempts + 1}",
+                f"failed: {reason}; retry {attempts}",
                 due_at=now + backoff,
                 occurrence=intention.occurrence + 1,
+                attempts=attempts,
             )
         elif intention.status == IntentionStatus.EXECUTING:
             _move(
@@ -387,6 +434,7 @@ def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Int
                 IntentionStatus.DUE,
                 now,
                 f"failed: {reason}; escalate",
+                attempts=attempts,
             )
         else:
             _ledger(
@@ -394,12 +442,14 @@ def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Int
                 "intention.failed",
                 {"reason": reason, "escalate": intention.escalation_policy},
             )
+            Intention.objects.filter(pk=intention.pk).update(attempts=attempts)
     intention.refresh_from_db()
     return intention
 
 
 def intention_cancel(*, agent: Agent, intention_id: uuid.UUID, reason: str = "") -> Intention:
     """Cancelled intentions never fire again. Idempotent for a cancelled one."""
+    reason = _check_reason(reason)
     with transaction.atomic():
         intention = _locked(agent, intention_id)
         if intention.status == IntentionStatus.CANCELLED:

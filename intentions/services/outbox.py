@@ -27,6 +27,47 @@ MAX_ATTEMPTS = 8
 TIMEOUT_SECONDS = 5
 
 
+def webhook_set(*, agent, url: str, secret: str) -> Webhook:
+    """Deliver this agent's firings to `url` (replacing any earlier webhook).
+    The ledger records where, never the secret."""
+    from ledger.services import event_append
+    from piper.provenance import SourceType
+
+    with transaction.atomic():
+        hook, _ = Webhook.objects.update_or_create(
+            agent=agent, defaults={"url": url, "secret": secret, "is_active": True}
+        )
+        event_append(
+            agent=agent,
+            event_type="webhook.set",
+            payload={"url": url},
+            source_type=SourceType.OPERATOR,
+        )
+    return hook
+
+
+def webhook_delete(*, agent) -> bool:
+    """Stop delivering; messages not yet delivered are given up. False if none was set."""
+    from ledger.services import event_append
+    from piper.provenance import SourceType
+
+    with transaction.atomic():
+        hook = Webhook.objects.select_for_update().filter(agent=agent).first()
+        if hook is None:
+            return False
+        OutboxMessage.objects.filter(agent=agent, status=OutboxMessage.Status.PENDING).update(
+            status=OutboxMessage.Status.FAILED, last_error="webhook removed"
+        )
+        hook.delete()
+        event_append(
+            agent=agent,
+            event_type="webhook.deleted",
+            payload={"url": hook.url},
+            source_type=SourceType.OPERATOR,
+        )
+    return True
+
+
 def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 

@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Case, IntegerField, Q, Value, When
 from django.utils.dateparse import parse_datetime
 
-from ledger.services import EventDraft, event_append, json_storage_error
+from ledger.services import event_append, json_storage_error
 from piper.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from piper.provenance import SourceType
 from piper.tenancy.models import Agent
@@ -95,7 +95,8 @@ def _state_errors(state: Any) -> dict[str, list[str]]:
                 errors.setdefault(key, []).append(
                     f"[{index}].freshness_seconds: a whole number ≥ 0"
                 )
-    if not errors and (problem := json_storage_error(state, path="state")):
+    # depth=1: the state sits under payload["state"] in its ledger event.
+    if not errors and (problem := json_storage_error(state, path="state", depth=1)):
         errors["state"] = [problem]
     return errors
 
@@ -135,7 +136,11 @@ def thread_get_or_create(*, agent: Agent, key: str, session_id: str = "") -> tup
         return existing, False
     try:
         with transaction.atomic():
-            return Thread.objects.create(agent=agent, key=key, session_id=session_id), True
+            thread = Thread.objects.create(agent=agent, key=key, session_id=session_id)
+            _ledger(
+                agent, "thread.created", {"thread_id": str(thread.pk), "thread": key}, session_id
+            )
+            return thread, True
     except IntegrityError:  # created concurrently
         return Thread.objects.get(agent=agent, key=key), False
 
@@ -414,22 +419,14 @@ def thread_acknowledge(*, agent: Agent, thread: Thread, session_id: str) -> Hand
 
 def pending_clear(*, agent: Agent, thread: Thread, item_ids: list[int]) -> int:
     """The agent has seen these pending items: they leave the working state."""
-    from django.utils import timezone
-
-    return PendingItem.objects.filter(
-        agent=agent, thread=thread, pk__in=item_ids, cleared_at__isnull=True
-    ).update(cleared_at=timezone.now())
-
-
-__all__ = [
-    "EventDraft",
-    "ResumePackage",
-    "STATE_FIELDS",
-    "handover_start",
-    "pending_clear",
-    "thread_acknowledge",
-    "thread_get_or_create",
-    "thread_resume",
-    "working_state_current",
-    "working_state_write",
-]
+    with transaction.atomic():
+        cleared = list(
+            PendingItem.objects.select_for_update()
+            .filter(agent=agent, thread=thread, pk__in=item_ids, cleared_at__isnull=True)
+            .values_list("pk", flat=True)
+        )
+        if not cleared:
+            return 0
+        PendingItem.objects.filter(pk__in=cleared).update(cleared_at=now_for(agent.pk))
+        _ledger(agent, "thread.pending_cleared", {"thread_id": str(thread.pk), "items": cleared})
+        return len(cleared)

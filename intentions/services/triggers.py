@@ -17,6 +17,7 @@ from typing import Any
 
 from dateutil.rrule import rrulestr
 
+from ledger.services import json_storage_error
 from piper.errors import InvalidInput
 
 from ..models import TriggerType
@@ -83,6 +84,9 @@ def validate_spec(trigger_type: str, spec: Any) -> dict:
         )
     elif spec:
         raise _bad(f"a {trigger_type} trigger takes no spec (send {{}})")
+    # The spec is kept in the ledger (payload["trigger_spec"]): it must be storable there.
+    if problem := json_storage_error(spec, path="trigger_spec", depth=1):
+        raise _bad(problem.removeprefix("trigger_spec").lstrip(".: ") or problem)
     return spec
 
 

@@ -166,11 +166,6 @@ class TestTimeTriggers:
         at(agent, T0 + minutes(30))
         assert fired_ids(engine.tick(agent=agent)["time"]) == [intention.pk]
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="a time intention with not_before and no due_at is accepted but never fires: "
-        "intention_create leaves due_at NULL and scan_time only selects due_at <= now",
-    )
     def test_not_before_alone_fires_from_that_moment(self, agent):
         intention = IntentionFactory(agent=agent, trigger_type="time", not_before=T0 + minutes(20))
 
@@ -294,11 +289,6 @@ class TestExpiry:
 
         assert status_of(intention) == IntentionStatus.ACTIVE
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="expire_due records the expired transition with no ledger event (event=None), "
-        "unlike intention_expire which appends intention.expired",
-    )
     def test_expiry_by_the_engine_is_in_the_ledger(self, agent):
         intention = IntentionFactory(agent=agent, expires_at=T0 + minutes(60))
         since = head_seq(agent)
@@ -309,11 +299,6 @@ class TestExpiry:
         assert event_types(agent, since) == ["intention.expired"]
         assert Transition.objects.filter(intention=intention).last().event is not None
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="scan_time fires before it expires: an intention whose expires_at passed before "
-        "the scan (due 09:10, expires 10:00, scanned 11:00) fires after its expiry, then expires",
-    )
     def test_an_intention_past_its_expiry_expires_without_firing(self, agent):
         intention = timed(agent, T0 + minutes(10), expires_at=T0 + minutes(60))
 
@@ -457,11 +442,6 @@ class TestEventTriggers:
         assert Firing.objects.get(intention=intention).cause_event == first
         assert fired_events(agent) == [(str(intention.pk), 1, "event")]
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="not_before is accepted on an event trigger but match_events ignores it: an "
-        "event before not_before fires the intention",
-    )
     def test_not_before_holds_an_event_trigger_back(self, agent):
         intention = on_event(agent, "deploy.done", not_before=T0 + minutes(60))
 
@@ -631,11 +611,6 @@ class TestDependencyAndManual:
         intention_complete(agent=agent, intention_id=second.pk)
         assert status_of(third) == "due"
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="release_dependents fires every blocked dependent, whatever its trigger: a time "
-        "intention waiting for a dependency fires when the dependency completes, before its due_at",
-    )
     def test_a_time_intention_with_a_dependency_still_waits_for_its_time(self, agent):
         first = IntentionFactory(agent=agent)
         later = timed(agent, T0 + minutes(60), dependencies=[first.pk])
@@ -644,12 +619,6 @@ class TestDependencyAndManual:
 
         assert (status_of(later), firings(later)) == ("active", [])
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="a dependent of a recurring intention never fires: _finish re-arms the recurring "
-        "one (status active, next occurrence) before release_dependents, which requires every "
-        "dependency's status to be completed",
-    )
     def test_completing_an_occurrence_of_a_recurring_dependency_releases_the_dependent(self, agent):
         daily = timed(agent, T0, rrule="FREQ=DAILY;COUNT=5")
         dependent = IntentionFactory(
@@ -848,11 +817,6 @@ class TestExactlyOnceUnderConcurrency:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="tasks.match_events for an agent that does not exist creates its EventCursor and "
-    "fails at commit (foreign key), where check_states logs and ignores a missing agent",
-)
 def test_event_matching_for_an_unknown_agent_is_a_no_op():
     tasks.match_events("00000000-0000-0000-0000-000000000000")
 
@@ -893,12 +857,6 @@ class TestLockOrder:
 
         return holder, actor
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="deadlock: intention_complete appends to the ledger (chain-head lock) and then "
-        "release_dependents locks each dependent's row, while intention_cancel of that "
-        "dependent holds its row and waits for the chain head",
-    )
     def test_completing_a_dependency_while_its_dependent_is_cancelled(self, enqueued):
         agent = AgentFactory()
         first = IntentionFactory(agent=agent)
@@ -916,12 +874,6 @@ class TestLockOrder:
 
         assert outcomes == [None, None]
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="deadlock: match_events keeps the chain-head lock from its first firing for the "
-        "whole chunk and then locks the next matching intention's row, while intention_cancel "
-        "of that intention holds its row and waits for the chain head",
-    )
     def test_matching_events_while_a_matching_intention_is_cancelled(self, enqueued):
         agent = AgentFactory()
         on_event(agent, "ping", priority=9)

@@ -152,6 +152,7 @@ class TestWorkingStateVersions:
         assert (thread.current_version, thread.session_id) == (2, "s2")
         events = list(Event.objects.filter(agent=agent).order_by("seq"))
         assert [(e.event_type, e.session_id, e.payload) for e in events] == [
+            ("thread.created", "s1", {"thread_id": str(thread.pk), "thread": "main"}),
             (
                 "working_state.written",
                 "s1",
@@ -173,7 +174,7 @@ class TestWorkingStateVersions:
                 },
             ),
         ]
-        assert (first.source_event, second.source_event) == tuple(events)
+        assert (first.source_event, second.source_event) == tuple(events[1:])
 
     def test_every_field_of_the_checkpoint_is_kept_exactly(self, agent, thread):
         state = {
@@ -339,11 +340,6 @@ class TestWorkingStateShape:
             ],
         }
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="a state nested 99 levels deep passes the state check but is refused by the "
-        "ledger as 'payload.state…' (code invalid, details {'payload': …}), not as the state",
-    )
     def test_deep_nesting_is_blamed_on_the_state(self, agent, thread):
         plan: list = []
         for _ in range(98):
@@ -387,7 +383,7 @@ class TestConcurrentWriters:
             .order_by("version")
             .values_list("version", "based_on")
         ) == [(1, 0), (2, 1)]
-        assert event_types(agent) == ["working_state.written"] * 2
+        assert event_types(agent) == ["thread.created"] + ["working_state.written"] * 2
 
 
 # ------------------------------------------------------------------------ handover
@@ -770,9 +766,10 @@ class TestCreate:
 
         assert intention.status == IntentionStatus.DUE
         assert firings(intention) == [(1, "dependency", T0)]
+        # Nothing to wait for: created armed, and fired in the same breath.
         assert timeline(intention) == [
-            ("", "blocked", 1, "created"),
-            ("blocked", "due", 1, "fired by dependency"),
+            ("", "active", 1, "created"),
+            ("active", "due", 1, "fired by dependency"),
         ]
 
     def test_a_recurring_intention_is_due_at_its_first_occurrence(self, agent):
@@ -1012,11 +1009,6 @@ class TestCreateRefusals:
             },
         )
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="an unstorable trigger spec value (NaN) passes validate_spec and is refused by "
-        "the ledger as 'payload.trigger_spec…' (code invalid, details {'payload': …})",
-    )
     def test_an_unstorable_trigger_spec_is_blamed_on_the_spec(self, agent):
         spec = {"event_type": "x", "conditions": [{"field": "payload.n", "value": float("nan")}]}
 
@@ -1123,11 +1115,6 @@ class TestDependencies:
             )
         ) == [done.pk]
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="set_dependencies([]) on a dependency-trigger intention fires it (nothing left "
-        "to wait for), where intention_create refuses a dependency trigger without dependencies",
-    )
     def test_a_dependency_trigger_cannot_be_left_without_dependencies(self, agent):
         intention = in_status(agent, IntentionStatus.BLOCKED, trigger_type="dependency")
 
@@ -1147,11 +1134,6 @@ class TestDependencies:
         assert intention.status == IntentionStatus.ACTIVE
         assert timeline(intention)[-1] == ("blocked", "active", 1, "dependencies met")
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="removing every dependency of a blocked manual/time/event intention leaves it "
-        "blocked with nothing to wait for (set_dependencies only re-arms when targets exist)",
-    )
     def test_removing_all_dependencies_rearms_a_blocked_intention(self, agent):
         intention = in_status(agent, IntentionStatus.BLOCKED)
 
@@ -1527,11 +1509,6 @@ class TestFail:
         assert failed.status == IntentionStatus.DUE
         assert timeline(failed)[-1] == ("executing", "due", 1, "failed: broken; escalate")
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="intention_fail counts earlier failures only for the current occurrence, but a "
-        "retry starts a new occurrence: max_retries is never reached and backoff never grows",
-    )
     def test_retries_stop_at_max_retries_with_growing_backoff(self, agent):
         intention = in_status(
             agent,
