@@ -272,6 +272,21 @@ class Fact(models.Model):
     def __str__(self) -> str:
         return f"{self.subject_id}.{self.predicate_id} [{self.valid_from}, {self.valid_to})"
 
+    @property
+    def open_contests(self) -> list["Fact"]:
+        """Open contests against this version, oldest first. The selectors load
+        their ids with the version (open_contest_ids); otherwise this queries."""
+        ids = getattr(self, "open_contest_ids", None)
+        if ids is not None:
+            return [Fact(pk=i, contests_id=self.pk) for i in ids]
+        return list(
+            Fact.objects.filter(
+                contests=self, status=FactStatus.CONTESTED, superseded_at__isnull=True
+            )
+            .order_by("recorded_at")
+            .only("id", "contests_id")
+        )
+
 
 class FactEvidence(models.Model):
     """A ledger event supporting a version: the claim that created it, and every

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event
@@ -278,6 +279,9 @@ class PairState:
 
     believed: list[Fact] = field(default_factory=list)
     contests: list[Fact] = field(default_factory=list)
+    # Believed versions that ended at or before this moment were not loaded
+    # (a batch asserting from T never touches them); None: all are loaded.
+    loaded_from: datetime | None = None
 
 
 class Store:
@@ -316,32 +320,72 @@ class Store:
             self.orders[agent_id] = authority_order_for(agent_id)
         return self.orders[agent_id]
 
-    def preload(self, agent_id: uuid.UUID, pairs: Iterable[tuple[uuid.UUID, uuid.UUID]]) -> None:
-        """Load the open versions of many (subject, predicate) pairs in one query."""
+    def preload(
+        self,
+        agent_id: uuid.UUID,
+        pairs: Iterable[tuple[uuid.UUID, uuid.UUID]],
+        since: datetime | None = None,
+    ) -> None:
+        """Load the open versions of many (subject, predicate) pairs in one query.
+
+        With `since`, believed versions that ended at or before it are left out:
+        a claim valid from `since` on never touches them, and a long history
+        would otherwise be read in full for every batch (open contests are
+        always loaded: they are few, and may lie anywhere).
+        """
         wanted = {(agent_id, s, p) for s, p in pairs} - self.pairs.keys()
         if not wanted:
             return
         for key in wanted:
-            self.pairs[key] = PairState()
+            self.pairs[key] = PairState(loaded_from=since)
         rows = Fact.objects.filter(
             agent_id=agent_id,
             subject_id__in={s for _, s, _ in wanted},
             predicate_id__in={p for _, _, p in wanted},
             status__in=OPEN_STATUSES,
             superseded_at__isnull=True,
-        ).order_by("valid_from", "recorded_at", "id")
-        for fact in rows:
+        )
+        if since is not None:
+            rows = rows.filter(
+                Q(status=FactStatus.CONTESTED) | Q(valid_to__isnull=True) | Q(valid_to__gt=since)
+            )
+        for fact in rows.order_by("valid_from", "recorded_at", "id"):
             key = (agent_id, fact.subject_id, fact.predicate_id)
             if key in wanted:
                 self._remember(key, fact)
 
     def state(
-        self, agent_id: uuid.UUID, subject_id: uuid.UUID, predicate_id: uuid.UUID
+        self,
+        agent_id: uuid.UUID,
+        subject_id: uuid.UUID,
+        predicate_id: uuid.UUID,
+        since: datetime | None = None,
     ) -> PairState:
+        """The pair's open versions — at least those still valid after `since`
+        (all, when since is None)."""
         key = (agent_id, subject_id, predicate_id)
         if key not in self.pairs:
-            self.preload(agent_id, [(subject_id, predicate_id)])
-        return self.pairs[key]
+            self.preload(agent_id, [(subject_id, predicate_id)], since)
+            return self.pairs[key]
+        state = self.pairs[key]
+        if state.loaded_from is not None and (since is None or since < state.loaded_from):
+            # Read the earlier versions too. None of them is in memory, so none
+            # has been changed by this batch: they can simply be added.
+            earlier = Fact.objects.filter(
+                agent_id=agent_id,
+                subject_id=subject_id,
+                predicate_id=predicate_id,
+                status=FactStatus.ACTIVE,
+                superseded_at__isnull=True,
+                valid_to__lte=state.loaded_from,
+            )
+            if since is not None:
+                earlier = earlier.filter(valid_to__gt=since)
+            for fact in earlier:
+                if fact.pk not in self.facts:
+                    self._remember(key, fact)
+            state.loaded_from = since
+        return state
 
     def fact(self, fact_id: uuid.UUID) -> Fact:
         """One version, the same instance the pair state holds if it is open."""
@@ -419,8 +463,16 @@ class _Writer:
     def rank(self, authority: str) -> int:
         return authority_rank(authority, self.order)
 
-    def state(self, subject_id: uuid.UUID, predicate_id: uuid.UUID) -> PairState:
-        return self.store.state(self.event.agent_id, subject_id, predicate_id)
+    def state(
+        self, subject_id: uuid.UUID, predicate_id: uuid.UUID, since: datetime | None = None
+    ) -> PairState:
+        return self.store.state(self.event.agent_id, subject_id, predicate_id, since)
+
+    def contests(self, subject_id: uuid.UUID, predicate_id: uuid.UUID) -> list[Fact]:
+        """The pair's open contests (always loaded in full, whatever `since` was)."""
+        key = (self.event.agent_id, subject_id, predicate_id)
+        state = self.store.pairs.get(key) or self.state(subject_id, predicate_id)
+        return state.contests
 
     def new_fact(
         self, *, like: Claim | Fact, valid_from, valid_to, status, origin, fact_id=None, **extra
@@ -535,7 +587,7 @@ class _Writer:
         (retracted); contests of the parts it left alone follow those parts."""
         closed_ids = {f.pk for f in closed}
         resolved = []
-        for contest in list(self.state(claim.subject_id, claim.predicate.pk).contests):
+        for contest in list(self.contests(claim.subject_id, claim.predicate.pk)):
             if contest.contests_id in closed_ids:
                 if _overlaps(contest, start, end):
                     resolved.append(contest)
@@ -564,7 +616,7 @@ class _Writer:
     ) -> Applied:
         """Store a claim that a stronger believed version outranks. The same claim
         again adds evidence to the open contest instead of queueing a copy."""
-        for open_contest in self.state(claim.subject_id, claim.predicate.pk).contests:
+        for open_contest in self.contests(claim.subject_id, claim.predicate.pk):
             if (
                 open_contest.contests_id == against.pk
                 and claim.same_object(open_contest)
@@ -602,7 +654,7 @@ def claim_from_event(event: Event, store: Store) -> Claim:
 def _asserted(event: Event, store: Store) -> Applied:
     claim = claim_from_event(event, store)
     w = _Writer(event, store)
-    believed = list(w.state(claim.subject_id, claim.predicate.pk).believed)
+    believed = list(w.state(claim.subject_id, claim.predicate.pk, since=claim.valid_from).believed)
     start = claim.valid_from
     if claim.predicate.cardinality == Cardinality.MANY:
         return _assert_many(w, claim, believed)

@@ -14,10 +14,11 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event
@@ -38,6 +39,7 @@ from .models import (
     Predicate,
     ValueType,
 )
+from .selectors import alias_lookup
 
 PREDICATE_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
 MAX_NAME = 300
@@ -101,12 +103,18 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def _append_and_apply(
-    *, agent: Agent, drafts: Sequence[EventDraft], preload: Sequence[tuple[str, str]] = ()
+    *,
+    agent: Agent,
+    drafts: Sequence[EventDraft],
+    preload: Sequence[tuple[str, str]] = (),
+    since: datetime | None = None,
 ) -> list[p.Applied]:
-    """Append the events, apply them through one store, write the net result."""
+    """Append the events, apply them through one store, write the net result.
+    `preload` names the pairs the events touch, `since` the earliest valid time
+    they assert from (older history need not be read)."""
     events = events_append(agent=agent, drafts=drafts)
     store = p.Store()
-    store.preload(agent.pk, [(uuid.UUID(s), uuid.UUID(pr)) for s, pr in preload])
+    store.preload(agent.pk, [(uuid.UUID(s), uuid.UUID(pr)) for s, pr in preload], since)
     applied = [p.apply(event, store) for event in events]
     store.flush()
     return applied
@@ -209,7 +217,7 @@ def entity_alias_add(
     alias = _check_name(alias, "alias")
     with transaction.atomic():
         _lock_alias(agent, alias)
-        existing = EntityAlias.objects.filter(agent=agent, alias__iexact=alias).first()
+        existing = alias_lookup(agent=agent, name=alias).first()
         if existing:
             if existing.entity_id == entity.pk:
                 return existing
@@ -433,9 +441,15 @@ def facts_assert(*, agent: Agent, claims: Sequence[ClaimInput]) -> list[p.Applie
         drafts += [prov.draft(p.PREDICATE_DEFINED, d) for prov, d in plan.new_predicates.values()]
         first_assert = len(drafts)
         drafts += [prov.draft(p.ASSERTED, payload) for prov, payload in plan.asserts]
-        return _append_and_apply(agent=agent, drafts=drafts, preload=sorted(plan.locks))[
-            first_assert:
-        ]
+        starts = [c.valid_from for c in claims]
+        # A claim without valid_from starts at its record time, after now.
+        since = min(
+            [s for s in starts if s is not None]
+            + ([timezone.now() - timedelta(minutes=1)] if None in starts else [])
+        )
+        return _append_and_apply(
+            agent=agent, drafts=drafts, preload=sorted(plan.locks), since=since
+        )[first_assert:]
 
     return _with_retry(write)
 

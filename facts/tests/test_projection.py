@@ -230,3 +230,27 @@ class TestDerivedIds:
         remainder = Fact.objects.get(agent=agent, origin="split")
         assert {applied.fact.pk, remainder.pk} == {derived_id(event, 1), derived_id(event, 2)}
         assert derived_id(event, 1) == uuid.uuid5(event.pk, "1")
+
+
+def test_the_store_reads_old_history_only_when_a_claim_reaches_back():
+    """A batch asserting from T loads the versions still valid after T; a later
+    event reaching further back (a late claim, a correction) reads the rest."""
+    from facts.projection import Store
+
+    agent = AgentFactory()
+    alice = entity_create(agent=agent, name="Alice")
+    for year, city in ((2016, "Lyon"), (2018, "Paris"), (2021, "Rome")):
+        claim(agent, alice, "lives_in", city, at(year))
+    predicate = Predicate.objects.get(agent=agent, name="lives_in")
+
+    def cities(state) -> list[str]:
+        return [f.object_value for f in state.believed]
+
+    store = Store()
+    store.preload(agent.pk, [(alice.pk, predicate.pk)], since=at(2022))
+    state = store.state(agent.pk, alice.pk, predicate.pk, since=at(2022))
+    assert (cities(state), state.loaded_from) == (["Rome"], at(2022))
+    store.state(agent.pk, alice.pk, predicate.pk, since=at(2019))
+    assert (cities(state), state.loaded_from) == (["Paris", "Rome"], at(2019))
+    store.state(agent.pk, alice.pk, predicate.pk)
+    assert (cities(state), state.loaded_from) == (["Lyon", "Paris", "Rome"], None)

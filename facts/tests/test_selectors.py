@@ -217,7 +217,7 @@ class TestQueryModes:
 
     def test_reads_take_a_fixed_number_of_queries(self, history, django_assert_num_queries):
         agent, alice, lives_in, _ = history
-        with django_assert_num_queries(2):  # the versions, then their open contests
+        with django_assert_num_queries(1):  # the versions, their links and open contests
             chain = list(selectors.fact_chain(agent=agent, subject=alice, predicate=lives_in))
             for fact in chain:
                 _ = (fact.subject.name, fact.predicate.name, fact.source_event.authority)
