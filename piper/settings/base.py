@@ -16,6 +16,10 @@ def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
+def env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "").split(",") if h]
@@ -171,6 +175,27 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 PIPER_INTENTIONS_CYCLE_SECONDS = env_int("PIPER_INTENTIONS_CYCLE_SECONDS", 5)
 # An intention pending this long is re-surfaced into its thread's working state.
 PIPER_REHEARSE_AFTER_HOURS = env_int("PIPER_REHEARSE_AFTER_HOURS", 24)
+
+# -------------------------------------------------------------------------- skills
+
+# Skill code runs only on workers consuming this queue (`celery worker -Q sandbox`).
+SKILLS_SANDBOX_QUEUE = os.environ.get("SKILLS_SANDBOX_QUEUE", "sandbox")
+CELERY_TASK_ROUTES = {"skills.sandbox.*": {"queue": SKILLS_SANDBOX_QUEUE}}
+# experimental -> validated after this many verified successful executions.
+SKILLS_PROMOTION_SUCCESSES = env_int("SKILLS_PROMOTION_SUCCESSES", 3)
+# A validated version is deprecated when the success rate of its last
+# SKILLS_RECENT_WINDOW executions (at least SKILLS_DEPRECATE_MIN_EXECUTIONS of
+# them) falls below SKILLS_DEPRECATE_BELOW.
+SKILLS_RECENT_WINDOW = env_int("SKILLS_RECENT_WINDOW", 10)
+SKILLS_DEPRECATE_MIN_EXECUTIONS = env_int("SKILLS_DEPRECATE_MIN_EXECUTIONS", 5)
+SKILLS_DEPRECATE_BELOW = env_float("SKILLS_DEPRECATE_BELOW", 0.5)
+SKILLS_REVIEW_SECONDS = env_int("SKILLS_REVIEW_SECONDS", 300)
+# Matching: the cosine similarity a task needs to a skill's intent, and how
+# many of the most similar validated versions are examined.
+SKILLS_MATCH_MIN_SIMILARITY = env_float("SKILLS_MATCH_MIN_SIMILARITY", 0.3)
+SKILLS_MATCH_CANDIDATES = env_int("SKILLS_MATCH_CANDIDATES", 20)
+# The longest ?wait= a synchronous execute may ask for.
+SKILLS_MAX_WAIT_SECONDS = env_int("SKILLS_MAX_WAIT_SECONDS", 10)
 
 # ---------------------------------------------------------------------- embeddings
 

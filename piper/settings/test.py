@@ -16,3 +16,6 @@ RUN_ID = os.environ.setdefault("PIPER_TEST_RUN_ID", str(os.getpid()))
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PIPER_TEST_DB", "test_piper")}  # noqa: F405
 CACHES["default"]["KEY_PREFIX"] = f"piper-test-{RUN_ID}"  # noqa: F405
 CELERY_TASK_DEFAULT_QUEUE = f"piper-test-{RUN_ID}"
+# Sandbox tasks go to this run's queue too, so the test worker runs them.
+SKILLS_SANDBOX_QUEUE = CELERY_TASK_DEFAULT_QUEUE
+CELERY_TASK_ROUTES = {"skills.sandbox.*": {"queue": SKILLS_SANDBOX_QUEUE}}
