@@ -37,6 +37,7 @@ def test_creates_the_periodic_tasks():
         "created    piper:intentions-engine\n"
         "created    piper:intentions-rehearse\n"
         "created    piper:intentions-webhook-retries\n"
+        "created    piper:skills-review-validated\n"
     )
     assert summary() == [
         ("piper:beat-heartbeat", "piper.beat_heartbeat", "every 30 seconds", True, 30),
@@ -63,6 +64,13 @@ def test_creates_the_periodic_tasks():
             3600,
         ),
         (
+            "piper:skills-review-validated",
+            "skills.review_validated",
+            "every 300 seconds",
+            True,
+            300,
+        ),
+        (
             "piper:verify-ledger-chains",
             "ledger.verify_chains",
             "30 3 * * * (m/h/dM/MY/d) UTC",
@@ -84,13 +92,14 @@ def test_running_twice_leaves_exactly_the_same_rows():
         "unchanged  piper:intentions-engine\n"
         "unchanged  piper:intentions-rehearse\n"
         "unchanged  piper:intentions-webhook-retries\n"
+        "unchanged  piper:skills-review-validated\n"
     )
     assert rows() == first
     assert (
         list(IntervalSchedule.objects.values()),
         list(CrontabSchedule.objects.values()),
     ) == schedules
-    assert len(schedules[0]) == 2 and len(schedules[1]) == 3
+    assert len(schedules[0]) == 3 and len(schedules[1]) == 3
 
 
 def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
@@ -109,6 +118,7 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
         "unchanged  piper:intentions-engine\n"
         "unchanged  piper:intentions-rehearse\n"
         "unchanged  piper:intentions-webhook-retries\n"
+        "unchanged  piper:skills-review-validated\n"
         "disabled   piper:retired-job\n"
     )
     assert [(name, enabled) for name, _, _, enabled, _ in summary()] == [
@@ -119,6 +129,7 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
         ("piper:intentions-webhook-retries", True),
         ("piper:purge-idempotency-records", True),
         ("piper:retired-job", False),
+        ("piper:skills-review-validated", True),
         ("piper:verify-ledger-chains", True),
     ]
     assert PeriodicTask.objects.get(name="piper:beat-heartbeat").interval.every == 30

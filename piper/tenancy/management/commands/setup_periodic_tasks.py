@@ -86,6 +86,14 @@ PERIODIC_TASKS: tuple[Periodic, ...] = (
         description="Retries webhook deliveries of firings that failed (exponential backoff).",
         expire_seconds=60,
     ),
+    Periodic(
+        name=PREFIX + "skills-review-validated",
+        task="skills.review_validated",
+        schedule=Every(seconds=settings.SKILLS_REVIEW_SECONDS),
+        description="Deprecates validated skill versions whose recent success rate fell below "
+        "SKILLS_DEPRECATE_BELOW.",
+        expire_seconds=settings.SKILLS_REVIEW_SECONDS,
+    ),
 )
 
 
