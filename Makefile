@@ -13,6 +13,11 @@ export PORT
 .PHONY: install run test stop lint
 
 install: $(STAMP)
+	@# The skills sandbox runs skill code under bubblewrap (docs/sandbox.md).
+	@command -v bwrap >/dev/null 2>&1 || { \
+		echo "installing bubblewrap for the skills sandbox"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq bubblewrap; }
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
