@@ -13,6 +13,7 @@ urlpatterns = [
     path("api/v1/", include("piper.api.urls")),
     path("api/v1/", include("ledger.urls")),
     path("api/v1/", include("facts.urls")),
+    path("api/v1/", include("skills.urls")),
     path("api/v1/", include("intentions.urls")),
 ]
 

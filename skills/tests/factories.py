@@ -17,13 +17,13 @@ from skills.services.definitions import VersionInput, skill_create, version_crea
 PROCEDURE = """
 def run(params, tools):
     record = params["record"]
-    digest = tools["sha256"]({"text": "piper:" + record})
+    digest = tools.sha256({"text": "piper:" + record})
     return {"record": record, "check": digest[:8]}
 """
 
 VALIDATOR = """
 def validate(params, result, tools):
-    digest = tools["sha256"]({"text": "piper:" + params["record"]})
+    digest = tools.sha256({"text": "piper:" + params["record"]})
     return result == {"record": params["record"], "check": digest[:8]}
 """
 
@@ -78,3 +78,45 @@ def make_skill(agent=None, name: str = "invoice-checksum", **overrides: Any) -> 
 
 def make_version(skill: Skill, **overrides: Any) -> SkillVersion:
     return version_create(agent=skill.agent, skill=skill, data=definition(**overrides))
+
+
+def run_queued_validations(version: SkillVersion) -> list:
+    """Run the version's queued validations now, as the sandbox worker would."""
+    from skills.models import Validation, ValidationStatus
+    from skills.tasks import validate_version
+
+    queued = Validation.objects.filter(version=version, status=ValidationStatus.QUEUED)
+    ids = list(queued.order_by("id").values_list("pk", flat=True))
+    for validation_id in ids:
+        validate_version(str(validation_id))
+    return [Validation.objects.get(pk=i) for i in ids]
+
+
+def experimental(agent=None, **overrides: Any) -> SkillVersion:
+    """A version whose examples passed (and whose hold-out replay ran)."""
+    version = make_skill(agent=agent, **overrides)
+    run_queued_validations(version)  # examples -> experimental, queues the hold-out replay
+    run_queued_validations(version)  # the hold-out replay
+    version.refresh_from_db()
+    assert version.status == "experimental", version.status
+    return version
+
+
+def report(version: SkillVersion, *, succeeded: bool = True, record: str = "INV-9", **fields):
+    from skills.services.runs import ReportInput, execution_report
+
+    result = fields.pop("result", expected_for(record) if succeeded else None)
+    return execution_report(
+        agent=version.agent,
+        version_id=version.pk,
+        data=ReportInput(params={"record": record}, succeeded=succeeded, result=result, **fields),
+    )
+
+
+def validated(agent=None, **overrides: Any) -> SkillVersion:
+    """A validated version: experimental, then one externally verified run (+ hold-out)."""
+    version = experimental(agent=agent, **overrides)
+    report(version, externally_verified=True, evidence={"checked_by": "ci"})
+    version.refresh_from_db()
+    assert version.status == "validated", version.status
+    return version

@@ -33,6 +33,18 @@ class FakeLimits:
     cpu_seconds: float = 5.0
 
 
+class _Tools:
+    """The sandbox's tool object: tools.<name>(args) or tools.call(name, args)."""
+
+    def __init__(self, functions):
+        self._functions = functions
+        for name, fn in functions.items():
+            setattr(self, name, fn)
+
+    def call(self, name, args=None):
+        return self._functions[name](args or {})
+
+
 def run_in_process(*, procedure, params, entry="run", validator=None, tools=None, limits=None):
     started = time.monotonic()
     calls = []
@@ -44,7 +56,7 @@ def run_in_process(*, procedure, params, entry="run", validator=None, tools=None
 
         return call
 
-    offered = {name: traced(name, fn) for name, fn in (tools or {}).items()}
+    offered = _Tools({name: traced(name, fn) for name, fn in (tools or {}).items()})
     try:
         scope: dict = {}
         exec(compile(procedure, "<procedure>", "exec"), scope)

@@ -1,0 +1,1 @@
+from skills.tests.helpers import in_process_sandbox  # noqa: F401  (a fixture)
