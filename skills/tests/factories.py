@@ -120,3 +120,16 @@ def validated(agent=None, **overrides: Any) -> SkillVersion:
     version.refresh_from_db()
     assert version.status == "validated", version.status
     return version
+
+
+BODY_FOR_API = {
+    "name": "invoice-checksum",
+    "purpose": "Compute the house checksum of an invoice record",
+    "trigger": {"keywords": ["checksum", "invoice"]},
+    "required_tools": ["sha256"],
+    "parameter_schema": SCHEMA,
+    "procedure": PROCEDURE,
+    "validator": VALIDATOR,
+    "examples": [{"params": {"record": "INV-1"}, "expected": expected_for("INV-1")}],
+    "holdout": [{"params": {"record": "INV-77"}, "expected": expected_for("INV-77")}],
+}
