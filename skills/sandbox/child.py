@@ -143,7 +143,12 @@ def _release(exc):
 
 
 def _format(exc, skip_frames=1):
+    import linecache
     import traceback
+
+    # Imported only now (tokenize comes with them): so tracebacks show the skill's lines.
+    for filename, source in _sources.items():
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
     tb = exc.__traceback__
     for _ in range(skip_frames):
@@ -167,11 +172,11 @@ def _limit_hit(exc):
     return None
 
 
-def _load(source, filename, name):
-    import linecache
+_sources = {}
 
-    # Registered so tracebacks show the skill's own source lines.
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+def _load(source, filename, name):
+    _sources[filename] = source
     namespace = {"__name__": "skill", "__builtins__": __builtins__, "ToolError": ToolError}
     exec(compile(source, filename, "exec"), namespace)
     function = namespace.get(name)
