@@ -201,7 +201,11 @@ def run_skill(
     duration_ms = (time.monotonic() - started) * 1000
 
     stderr_text = session.err.decode("utf-8", "replace")
-    if not session.hello and session.killed_for is None:
+    if (
+        not session.hello
+        and session.killed_for is None
+        and stderr_text.startswith(("bwrap:", "setpriv:"))
+    ):
         raise SandboxUnavailable(
             f"bubblewrap could not start the sandbox (exit status {status}): {stderr_text.strip()[:2000]}"
         )

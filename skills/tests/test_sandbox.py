@@ -725,6 +725,13 @@ def test_missing_bubblewrap_is_sandbox_unavailable(monkeypatch):
         runtime._tools.cache_clear()
 
 
+def test_too_little_memory_to_start_is_a_memory_limit_not_unavailable():
+    # The interpreter dies before the bootstrap says hello: still the skill's limit.
+    result = run("def run(params, tools):\n    return 1\n", limits=Limits(memory_mb=4))
+    assert (result.outcome, result.result) == ("memory_limit", None)
+    assert result.error.startswith("memory limit of 4 MB reached")
+
+
 def test_params_must_be_json():
     with pytest.raises(TypeError):
         run("def run(params, tools):\n    return 1\n", {"x": {1}})
