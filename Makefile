@@ -1,6 +1,7 @@
 # The README's two commands: `make run` and `make test`. Nothing to install
-# beyond python3: PostgreSQL (with pgvector) and Redis start embedded when
-# DATABASE_URL / REDIS_URL are unset.
+# beforehand beyond python3: PostgreSQL (with pgvector) and Redis start embedded
+# when DATABASE_URL / REDIS_URL are unset, and `install` fetches bubblewrap (the
+# skills sandbox) from apt when it is missing.
 
 PYTHON ?= python3
 VENV ?= .venv
