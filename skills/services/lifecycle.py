@@ -311,6 +311,20 @@ def consider_deprecation(*, version_id: uuid.UUID) -> bool:
 
 
 def review_validated() -> list[uuid.UUID]:
-    """celery-beat: deprecate every failing validated version. Returns their ids."""
-    ids = SkillVersion.objects.filter(status=VersionStatus.VALIDATED).values_list("pk", flat=True)
+    """celery-beat: deprecate every failing validated version. Returns their ids.
+
+    One query finds the suspects (their recent rate, as with_stats derives it);
+    each is then re-checked under its row lock."""
+    from ..selectors import with_stats
+
+    suspects = (
+        with_stats(SkillVersion.objects.filter(status=VersionStatus.VALIDATED))
+        .filter(recent_total__gte=settings.SKILLS_DEPRECATE_MIN_EXECUTIONS)
+        .values_list("pk", "recent_total", "recent_successes")
+    )
+    ids = [
+        pk
+        for pk, total, successes in suspects
+        if successes / total < settings.SKILLS_DEPRECATE_BELOW
+    ]
     return [version_id for version_id in ids if consider_deprecation(version_id=version_id)]
