@@ -124,7 +124,7 @@ def parse_time(value: str | None) -> datetime | None:
 
 def _entity_created(event: Event, store: Store) -> Applied:
     p = event.payload
-    entity = Entity.objects.create(
+    entity = Entity(
         id=uuid.UUID(p["entity_id"]),
         agent_id=event.agent_id,
         name=p["name"],
@@ -133,7 +133,8 @@ def _entity_created(event: Event, store: Store) -> Applied:
         source_event=event,
     )
     ids = _Ids(event)
-    EntityAlias.objects.bulk_create(
+    store.add_entity(
+        entity,
         [
             EntityAlias(
                 id=ids.next(),
@@ -144,14 +145,14 @@ def _entity_created(event: Event, store: Store) -> Applied:
                 source_event=event,
             )
             for alias in p["aliases"]
-        ]
+        ],
     )
     return Applied(Outcome.CREATED, obj=entity)
 
 
 def _alias_added(event: Event, store: Store) -> Applied:
     p = event.payload
-    alias = EntityAlias.objects.create(
+    alias = EntityAlias(
         id=derived_id(event, 1),
         agent_id=event.agent_id,
         entity_id=uuid.UUID(p["entity_id"]),
@@ -159,6 +160,7 @@ def _alias_added(event: Event, store: Store) -> Applied:
         created_at=event.recorded_at,
         source_event=event,
     )
+    store.add_entity(None, [alias])
     return Applied(Outcome.CREATED, obj=alias)
 
 
@@ -291,8 +293,8 @@ class Store:
     the store loads the open versions of every (subject, predicate) a batch
     touches in one query, lets each event change them in memory — so a later
     event in the batch sees an earlier one's effect — and writes the net
-    result in three statements at flush(): closes and re-links (UPDATE), new
-    versions (INSERT), evidence (INSERT). Updates go first, so the exclusion
+    result in a few statements at flush(): new entities and aliases (INSERT),
+    closes and re-links (UPDATE), new versions (INSERT), evidence (INSERT). Updates go first, so the exclusion
     constraint only ever sees the final, non-overlapping set.
 
     Callers hold the advisory lock of every pair they touch (or are the
@@ -305,6 +307,8 @@ class Store:
         self.inserted: dict[uuid.UUID, Fact] = {}
         self.dirty: dict[uuid.UUID, Fact] = {}
         self.evidence: list[FactEvidence] = []
+        self.entities: list[Entity] = []
+        self.aliases: list[EntityAlias] = []
         self.predicates: dict[uuid.UUID, Predicate] = {}
         self.orders: dict[uuid.UUID, tuple[str, ...]] = {}
 
@@ -436,7 +440,20 @@ class Store:
             )
         )
 
+    def add_entity(self, entity: Entity | None, aliases: list[EntityAlias]) -> None:
+        """Names wait for flush() too: a batch naming 1,000 new people is two
+        INSERTs, not 2,000 round trips."""
+        if entity is not None:
+            self.entities.append(entity)
+        self.aliases.extend(aliases)
+
     def flush(self) -> None:
+        # Entities and their names first: the facts below refer to them.
+        if self.entities:
+            Entity.objects.bulk_create(self.entities, batch_size=1000)
+        if self.aliases:
+            EntityAlias.objects.bulk_create(self.aliases, batch_size=2000)
+        self.entities, self.aliases = [], []
         if self.dirty:
             _update_versions(list(self.dirty.values()))
         if self.inserted:
