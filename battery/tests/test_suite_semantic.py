@@ -23,6 +23,7 @@ from battery.runner import suite_execute
 from battery.scoring import score_run, suite_result
 from battery.services import throwaway_client_create
 from battery.suites import semantic
+from battery.suites.procedural import draw as procedural_draw
 from battery.suites.prospective import draw as prospective_draw
 from battery.suites.semantic import draw
 from battery.suites.semantic.draw import value_key
@@ -30,6 +31,7 @@ from battery.suites.semantic.judge import Tally, judge_paths, judge_values, miss
 from battery.suites.working_state import draw as working_state_draw
 from battery.taxonomy import FailureCode as F
 from battery.transport import InProcessTransport
+from piper.celery import app as celery_app
 
 KINDS = ("c1", "c2", "c3", "c4", "c5")
 NONE = dict.fromkeys(KINDS, 0)
@@ -676,12 +678,16 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
     monkeypatch.setattr(draw, "COUNTS", SMALL)
     monkeypatch.setattr(working_state_draw, "COUNTS", {"a1": 2, "a2": 2, "a3": 2})
     monkeypatch.setattr(prospective_draw, "COUNTS", dict.fromkeys(prospective_draw.COUNTS, 2))
+    monkeypatch.setattr(procedural_draw, "COUNTS", dict.fromkeys(procedural_draw.COUNTS, 1))
+    # Suite D's skills run in the sandbox: here in this process, as each request commits.
+    monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
     battery("run", "--report", str(tmp_path), "--seed", "8")
     run = BatteryRun.objects.get()
-    assert (run.status, run.suites, run.score) == ("passed", ["A", "C", "E", "L"], 100.0)
+    assert (run.status, run.suites, run.score) == ("passed", ["A", "C", "D", "E", "L"], 100.0)
     assert {code: s["items"] for code, s in run.suite_scores.items()} == {
         "A": 6,
         "C": 26,
+        "D": 6,
         "E": 14,
         "L": 5,
     }
