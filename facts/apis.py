@@ -474,8 +474,15 @@ class FactCurrentApi(APIView):
     )
     def get(self, request):
         params = _query(FactQuerySerializer, request)
-        subject, predicate = _subject_and_predicate(request, params)
-        facts = selectors.facts_current(agent=request.user, subject=subject, predicate=predicate)
+        if params.get("predicate"):
+            subject, _, facts = selectors.facts_valid_at_by_ref(
+                agent=request.user,
+                subject_ref=params["subject"],
+                predicate_name=params["predicate"],
+            )
+        else:
+            subject, predicate = _subject_and_predicate(request, params)
+            facts = selectors.facts_current(agent=request.user, subject=subject, predicate=None)
         body = {"subject": subject, "predicate": params.get("predicate"), "facts": facts}
         return Response(FactListOutputSerializer(body).data)
 
@@ -488,13 +495,18 @@ class FactAsOfApi(APIView):
     )
     def get(self, request):
         params = _query(FactAsOfQuerySerializer, request)
-        subject, predicate = _subject_and_predicate(request, params)
-        facts = selectors.facts_as_of(
-            agent=request.user,
-            subject=subject,
-            predicate=predicate,
-            valid_time=params["valid_time"],
-        )
+        if params.get("predicate"):
+            subject, _, facts = selectors.facts_valid_at_by_ref(
+                agent=request.user,
+                subject_ref=params["subject"],
+                predicate_name=params["predicate"],
+                valid_time=params["valid_time"],
+            )
+        else:
+            subject, predicate = _subject_and_predicate(request, params)
+            facts = selectors.facts_as_of(
+                agent=request.user, subject=subject, predicate=None, valid_time=params["valid_time"]
+            )
         body = {
             "subject": subject,
             "predicate": params.get("predicate"),

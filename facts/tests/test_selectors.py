@@ -568,3 +568,69 @@ def test_search_uses_the_trigram_index():
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'facts_alias_trgm'")
         (definition,) = cursor.fetchone()
     assert "gin (lower((alias)::text) gin_trgm_ops)" in definition
+
+
+class TestOneStatementLookup:
+    """facts_valid_at_by_ref (the API's path for one predicate) answers exactly
+    what entity_resolve + predicate_get + facts_as_of answer, in one query."""
+
+    @staticmethod
+    def _same(fast, slow):
+        assert [f.pk for f in fast] == [f.pk for f in slow]
+        for a, b in zip(fast, slow, strict=True):
+            for name in ("object_value", "object_entity_id", "valid_from", "valid_to", "status"):
+                assert getattr(a, name) == getattr(b, name)
+            assert [c.pk for c in a.open_contests] == [c.pk for c in b.open_contests]
+            assert (a.subject.name, a.predicate.name) == (b.subject.name, b.predicate.name)
+            assert a.source_event.source_ref == b.source_event.source_ref
+            assert a.source_event.session_id == b.source_event.session_id
+
+    def test_equals_the_orm_path_at_every_moment(self, history, django_assert_num_queries):
+        agent, alice, lives_in, _ = history
+        for moment in [at(y, m) for y in range(2017, 2026) for m in (1, 4, 8)]:
+            slow = list(
+                selectors.facts_as_of(
+                    agent=agent, subject=alice, predicate=lives_in, valid_time=moment
+                )
+            )
+            for ref in ("Alice", "aLiCe", str(alice.pk)):  # by name in any case, by id
+                # one statement; three when nothing is believed (which 404, if any?)
+                with django_assert_num_queries(1 if slow else 3):
+                    subject, predicate, fast = selectors.facts_valid_at_by_ref(
+                        agent=agent, subject_ref=ref, predicate_name="lives_in", valid_time=moment
+                    )
+                assert (subject.pk, predicate.pk) == (alice.pk, lives_in.pk)
+                self._same(fast, slow)
+        # the open contest (Quito against Oslo) travels with the current version
+        _, _, (oslo,) = selectors.facts_valid_at_by_ref(
+            agent=agent, subject_ref="Alice", predicate_name="lives_in"
+        )
+        assert oslo.object_value == "Oslo" and len(oslo.open_contests) == 1
+
+    def test_relations_carry_their_object_entity(self, transactional_db):
+        agent = AgentFactory(name="relations")
+        claim(agent, "Ada", "works_at", valid_from=at(2020), object_entity="Analytical Engines")
+        _, _, (fact,) = selectors.facts_valid_at_by_ref(
+            agent=agent, subject_ref="ada", predicate_name="works_at"
+        )
+        assert fact.object_entity.name == "Analytical Engines" and fact.object_value is None
+
+    def test_unknown_names_and_other_agents(self, history):
+        agent, alice, _, _ = history
+        with pytest.raises(NotFound, match="no entity named 'Bob'"):
+            selectors.facts_valid_at_by_ref(
+                agent=agent, subject_ref="Bob", predicate_name="lives_in"
+            )
+        with pytest.raises(NotFound, match="no predicate named 'owns'"):
+            selectors.facts_valid_at_by_ref(agent=agent, subject_ref="Alice", predicate_name="owns")
+        stranger = AgentFactory(name="stranger")
+        for ref in ("Alice", str(alice.pk)):
+            with pytest.raises(NotFound):
+                selectors.facts_valid_at_by_ref(
+                    agent=stranger, subject_ref=ref, predicate_name="lives_in"
+                )
+        # known subject and predicate, nothing believed at that moment: empty, not 404
+        subject, _, facts = selectors.facts_valid_at_by_ref(
+            agent=agent, subject_ref="Alice", predicate_name="lives_in", valid_time=at(2010)
+        )
+        assert subject.pk == alice.pk and facts == []
