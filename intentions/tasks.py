@@ -14,18 +14,11 @@ logger = logging.getLogger(__name__)
 def engine_cycle() -> None:
     """celery-beat, every few seconds: time triggers, expiry, state re-checks, and
     an event catch-up for agents whose post-commit task was lost (e.g. Redis flushed)."""
-    from .models import Intention, IntentionStatus, TriggerType
     from .services import engine
 
     engine.scan_time()
     engine.check_states()
-    armed = (
-        Intention.objects.filter(status=IntentionStatus.ACTIVE, trigger_type=TriggerType.EVENT)
-        .values_list("agent_id", flat=True)
-        .distinct()
-    )
-    for agent_id in armed:
-        engine.match_events(agent_id=agent_id)
+    engine.catch_up_events()
 
 
 @shared_task(name="intentions.match_events", ignore_result=True, soft_time_limit=50, time_limit=60)

@@ -21,11 +21,11 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from ledger.models import ChainHead, Event
-from ledger.services import event_append
+from ledger.services import EventDraft, event_append, events_append
 from piper.errors import InvalidInput
 from piper.provenance import SourceType
 from piper.tenancy.models import Agent
@@ -205,9 +205,11 @@ def scan_time(
     """Fire every time-triggered intention whose moment has come; expire those
     past expires_at. With `agent`, that agent at its own clock.
 
-    Each firing is its own short transaction (fire() locks and re-checks), so
-    two scanners racing over the same rows waste a little work, never fire twice,
-    and never hold one agent's ledger lock for a whole chunk.
+    Reads the due ids a chunk at a time and fires each agent's share of the
+    chunk in one transaction (fire_time_batch): one chain lock and a handful
+    of statements per agent instead of ~16 round trips per intention. Two
+    scanners racing over the same rows skip each other's locked rows, and
+    never fire an occurrence twice.
     """
     now = now or (now_for(agent.pk) if agent else timezone.now())
     expire_due(agent=agent, now=now)  # first: what has expired must not fire
@@ -226,16 +228,154 @@ def scan_time(
             candidates = candidates.filter(
                 Q(due_at__gt=after[0]) | Q(due_at=after[0], pk__gt=after[1])
             )
-        rows = list(candidates.values_list("pk", "occurrence", "due_at")[:chunk])
-        for pk, occurrence, _ in rows:
-            if result := fire_safely(
-                intention_id=pk, occurrence=occurrence, cause=TriggerType.TIME, at=now
-            ):
-                fired.append(result)
+        rows = list(candidates.values_list("pk", "agent_id", "due_at")[:chunk])
+        by_agent: dict[uuid.UUID, list[uuid.UUID]] = {}
+        for pk, agent_id, _ in rows:
+            by_agent.setdefault(agent_id, []).append(pk)
+        for agent_id, ids in by_agent.items():
+            fired += fire_time_batch(agent_id=agent_id, intention_ids=ids, at=now)
         if len(rows) < chunk:
             break
         after = (rows[-1][2], rows[-1][0])
     return fired
+
+
+def fire_time_batch(
+    *, agent_id: uuid.UUID, intention_ids: list[uuid.UUID], at: datetime
+) -> list[Fired]:
+    """fire() for many time-triggered intentions of one agent, in one transaction,
+    with the same checks per row under the row lock (still active, still due,
+    not expired, occurrence not fired). Rows another scanner holds are skipped:
+    it is firing them. Should the batch meet a concurrent firing anyway (the
+    unique Firing or the status compare-and-set), it is rolled back and each
+    intention goes through fire() alone, where a lost race is harmless."""
+    try:
+        return _fire_time_batch(agent_id, intention_ids, at)
+    except _AlreadyFired:
+        results = (
+            fire_safely(intention_id=pk, cause=TriggerType.TIME, at=at) for pk in intention_ids
+        )
+        return [r for r in results if r is not None]
+
+
+def _fire_time_batch(agent_id: uuid.UUID, intention_ids: list[uuid.UUID], at: datetime):
+    with transaction.atomic():
+        rows = list(
+            Intention.objects.select_for_update(of=("self",), skip_locked=True)
+            .select_related("thread")
+            .filter(
+                pk__in=intention_ids,
+                agent_id=agent_id,
+                status=IntentionStatus.ACTIVE,
+                trigger_type=TriggerType.TIME,
+                due_at__lte=at,
+            )
+            .filter(Q(not_before__isnull=True) | Q(not_before__lte=at))
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=at))
+            .exclude(
+                Exists(
+                    Firing.objects.filter(
+                        intention=OuterRef("pk"), occurrence=OuterRef("occurrence")
+                    )
+                )
+            )
+            .order_by("pk")
+        )
+        if not rows:
+            return []
+        agent = Agent.objects.get(pk=agent_id)
+        events = events_append(
+            agent=agent,
+            drafts=[
+                EventDraft(
+                    event_type="intention.fired",
+                    payload={
+                        "intention_id": str(i.pk),
+                        "occurrence": i.occurrence,
+                        "cause": TriggerType.TIME,
+                        "cause_event_id": None,
+                        "fired_at": at.isoformat(),
+                        "description": i.description,
+                    },
+                    session_id=i.inherited_by or i.source_session,
+                    source_type=SourceType.OBSERVATION,
+                )
+                for i in rows
+            ],
+        )
+        try:
+            with transaction.atomic():
+                firings = Firing.objects.bulk_create(
+                    [
+                        Firing(
+                            agent_id=agent_id,
+                            intention=i,
+                            occurrence=i.occurrence,
+                            fired_at=at,
+                            cause=TriggerType.TIME,
+                            event=e,
+                        )
+                        for i, e in zip(rows, events, strict=True)
+                    ]
+                )
+        except IntegrityError:  # a racer fired one without our lock: fall back, row by row
+            raise _AlreadyFired from None
+        changed = Intention.objects.filter(
+            pk__in=[i.pk for i in rows], status=IntentionStatus.ACTIVE
+        ).update(status=IntentionStatus.DUE, last_fired_at=at, updated_at=timezone.now())
+        if changed != len(rows):
+            raise _AlreadyFired
+        Transition.objects.bulk_create(
+            [
+                Transition(
+                    intention=i,
+                    from_status=IntentionStatus.ACTIVE,
+                    to_status=IntentionStatus.DUE,
+                    occurrence=i.occurrence,
+                    reason=f"fired by {TriggerType.TIME}",
+                    at=at,
+                    event=e,
+                )
+                for i, e in zip(rows, events, strict=True)
+            ]
+        )
+        PendingItem.objects.bulk_create(
+            [
+                PendingItem(
+                    agent_id=agent_id,
+                    thread_id=i.thread_id,
+                    intention=i,
+                    kind=PendingItem.Kind.FIRED,
+                    occurrence=i.occurrence,
+                    added_at=at,
+                )
+                for i in rows
+                if i.thread_id
+            ],
+            ignore_conflicts=True,
+        )
+        hook = Webhook.objects.filter(agent_id=agent_id, is_active=True).first()
+        if hook is not None:
+            for intention, firing in zip(rows, firings, strict=True):
+                _queue_webhook(intention, firing)
+        return [Fired(i.pk, i.occurrence, f.pk) for i, f in zip(rows, firings, strict=True)]
+
+
+def catch_up_events() -> int:
+    """match_events for every agent with an armed event intention: the safety
+    net for a post-commit task that was lost (Redis flushed, worker killed).
+    Returns how many agents were looked at."""
+    agent_ids = (
+        Intention.objects.filter(status=IntentionStatus.ACTIVE, trigger_type=TriggerType.EVENT)
+        .order_by()  # else Meta.ordering's columns join the DISTINCT: one call per row, not agent
+        .values_list("agent_id", flat=True)
+        .distinct()
+    )
+    count = 0
+    for agent_id in agent_ids:
+        match_events(agent_id=agent_id)
+        count += 1
+    return count
 
 
 def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> int:

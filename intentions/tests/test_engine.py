@@ -1357,3 +1357,73 @@ class TestTenantIsolation:
         with pytest.raises(NotFound):
             intention_fire(agent=mine, intention_id=intention.pk)
         assert status_of(intention) == IntentionStatus.ACTIVE
+
+
+class TestBatchedTimeScan:
+    """scan_time fires each agent's share of a chunk in one transaction."""
+
+    def test_many_due_across_agents_fire_once_with_every_side_effect(self, enqueued, receiver):
+        agents = [AgentFactory() for _ in range(3)]
+        Webhook.objects.create(agent=agents[0], url=receiver.url, secret="s3cret")
+        threads = {a.pk: ThreadFactory(agent=a, key="main") for a in agents}
+        past = timezone.now() - timedelta(minutes=5)
+        due = [
+            timed(agents[n % 3], past + timedelta(seconds=n), thread=threads[agents[n % 3].pk])
+            for n in range(45)
+        ]
+        later = timed(agents[0], timezone.now() + DAY)
+
+        fired = engine.scan_time(chunk=10)  # several chunks, each split by agent
+
+        assert fired_ids(fired) == sorted(i.pk for i in due)
+        assert_fired_exactly_once(due, "time")
+        assert status_of(later) == IntentionStatus.ACTIVE
+        assert PendingItem.objects.filter(intention__in=due, kind="fired").count() == 45
+        assert (
+            Transition.objects.filter(intention__in=due, to_status="due", reason="fired by time")
+            .exclude(event=None)
+            .count()
+            == 45
+        )
+        assert OutboxMessage.objects.filter(agent=agents[0]).count() == 15  # the hooked agent's
+        assert not OutboxMessage.objects.exclude(agent=agents[0]).exists()
+        assert all(chain_verify(agent=a).ok for a in agents)
+        assert engine.scan_time() == []  # nothing left: a second beat fires nothing
+
+    def test_a_batch_that_meets_a_racer_falls_back_to_one_at_a_time(self, enqueued, monkeypatch):
+        agent = AgentFactory()
+        due = [timed(agent, timezone.now() - timedelta(seconds=n + 1)) for n in range(6)]
+
+        def lost_race(*args):
+            raise engine._AlreadyFired
+
+        monkeypatch.setattr(engine, "_fire_time_batch", lost_race)
+        fired = engine.scan_time()
+
+        assert fired_ids(fired) == sorted(i.pk for i in due)
+        assert_fired_exactly_once(due, "time")
+
+    def test_not_before_and_snoozed_rows_are_rechecked_under_the_lock(self, enqueued):
+        agent = AgentFactory()
+        now = timezone.now()
+        ready = timed(agent, now - timedelta(minutes=1))
+        moved = timed(agent, now - timedelta(minutes=1))
+        Intention.objects.filter(pk=moved.pk).update(due_at=now + DAY)  # as after the scan's read
+
+        fired = engine.fire_time_batch(
+            agent_id=agent.pk, intention_ids=[ready.pk, moved.pk], at=now
+        )
+
+        assert fired_ids(fired) == [ready.pk]
+        assert status_of(moved) == IntentionStatus.ACTIVE
+
+
+def test_event_catch_up_looks_at_each_agent_once(enqueued, monkeypatch):
+    agents = [AgentFactory() for _ in range(2)]
+    for n in range(7):
+        on_event(agents[n % 2], f"job.{n}")
+    seen = []
+    monkeypatch.setattr(engine, "match_events", lambda *, agent_id: seen.append(agent_id))
+
+    assert engine.catch_up_events() == 2
+    assert sorted(seen) == sorted(a.pk for a in agents)
