@@ -219,6 +219,13 @@ class Intention(models.Model):
                 name="intentions_armed_idx",
                 condition=Q(status__in=["active", "blocked"]),
             ),
+            # expire_due, every engine cycle: without it a scan of every open row.
+            models.Index(
+                fields=["expires_at"],
+                name="intentions_expiry_idx",
+                condition=Q(expires_at__isnull=False)
+                & Q(status__in=["active", "blocked", "due", "executing"]),
+            ),
             models.Index(fields=["agent", "status", "-priority"], name="intentions_by_status_idx"),
             models.Index(fields=["thread", "status"], name="intentions_by_thread_idx"),
         ]
