@@ -503,34 +503,29 @@ def match_events(*, agent_id: uuid.UUID) -> list[Fired]:
 
 
 def check_states(*, agent: Agent | None = None, now: datetime | None = None) -> list[Fired]:
-    """Fire state-triggered intentions whose condition holds over current facts."""
-    from facts import selectors as facts_selectors
-    from piper.errors import NotFound
+    """Fire state-triggered intentions whose condition holds over current facts.
 
+    One statement per distinct (agent, subject, predicate, moment) asked about
+    (facts_valid_at_by_ref), shared by every intention watching the same fact."""
     fired: list[Fired] = []
     armed = (
         Intention.objects.filter(
             _agents_on(agent), status=IntentionStatus.ACTIVE, trigger_type=TriggerType.STATE
         )
         .select_related("agent")
+        .only("pk", "agent", "occurrence", "not_before", "trigger_spec")
         .order_by("agent_id")
     )
+    looked_up: dict[tuple, list] = {}
     for intention in armed.iterator(chunk_size=SCAN_CHUNK):
         at = now or now_for(intention.agent_id)
         if intention.not_before is not None and at < intention.not_before:
             continue  # held back until not_before
         spec = intention.trigger_spec
-        try:
-            subject = facts_selectors.entity_resolve(agent=intention.agent, ref=spec["subject"])
-            predicate = facts_selectors.predicate_get(agent=intention.agent, name=spec["predicate"])
-            values = [
-                f.object_value if f.object_entity_id is None else f.object_entity.name
-                for f in facts_selectors.facts_as_of(
-                    agent=intention.agent, subject=subject, predicate=predicate, valid_time=at
-                )
-            ]
-        except NotFound:
-            values = []
+        key = (intention.agent_id, spec["subject"], spec["predicate"], at)
+        if key not in looked_up:
+            looked_up[key] = _values_at(intention.agent, spec["subject"], spec["predicate"], at)
+        values = looked_up[key]
         op = spec.get("op", "eq")
         if op == "absent":
             holds = not values
@@ -548,6 +543,21 @@ def check_states(*, agent: Agent | None = None, now: datetime | None = None) -> 
         ):
             fired.append(result)
     return fired
+
+
+def _values_at(agent: Agent, subject: str, predicate: str, at: datetime) -> list:
+    """The believed values of subject.predicate at `at` (an entity's name for a
+    relation); none when the subject or predicate is unknown."""
+    from facts.selectors import facts_valid_at_by_ref
+    from piper.errors import NotFound
+
+    try:
+        _, _, facts = facts_valid_at_by_ref(
+            agent=agent, subject_ref=subject, predicate_name=predicate, valid_time=at
+        )
+    except NotFound:
+        return []
+    return [f.object_value if f.object_entity_id is None else f.object_entity.name for f in facts]
 
 
 def unmet(dependencies) -> bool:

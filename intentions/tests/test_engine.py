@@ -1234,6 +1234,22 @@ class TestPostCommitHook:
             ("intentions.match_events", str(agent.pk)),
         ]
 
+    def test_state_triggers_are_rechecked_only_after_a_facts_commit(
+        self, agent, enqueued, django_capture_on_commit_callbacks
+    ):
+        watcher = on_state(agent, "web", "status", "eq", "down")
+        enqueued.clear()
+
+        with django_capture_on_commit_callbacks(execute=True):
+            event_append(agent=agent, event_type="deploy.done")  # no fact can have changed
+            intention_fire(agent=agent, intention_id=IntentionFactory(agent=agent).pk)
+        assert enqueued == []
+
+        with django_capture_on_commit_callbacks(execute=True):
+            claim(agent, "web", "status", "up")
+        assert enqueued == [("intentions.check_states", str(agent.pk))]
+        assert status_of(watcher) == IntentionStatus.ACTIVE
+
     @pytest.mark.parametrize("kind", ["none", "time", "manual", "cancelled event", "blocked event"])
     def test_an_agent_without_armed_event_or_state_triggers_queues_nothing(
         self, agent, enqueued, django_capture_on_commit_callbacks, kind
