@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import (
     Count,
     Max,
@@ -23,7 +24,6 @@ from django.db.models import (
     Subquery,
 )
 from django.db.models.expressions import RawSQL
-from pgvector.django import CosineDistance
 
 from piper.errors import NotFound
 from piper.tenancy.models import Agent
@@ -229,7 +229,6 @@ MATCH_COLUMNS = (
     "id",
     "agent_id",
     "skill_id",
-    "skill__name",
     "number",
     "purpose",
     "scope",
@@ -241,6 +240,60 @@ MATCH_COLUMNS = (
     "required_permissions",
     "parameter_schema",
 )
+
+# One statement. Each branch ranks the agent's versions of some statuses by
+# exact cosine distance through an index-only scan of skills_version_match_idx
+# (agent, status, id) INCLUDE (intent_embedding), so only those columns are
+# read for the thousands of versions ranked; the full rows are fetched for the
+# few that are examined. Ties are broken by id, as before.
+_NEAREST_SQL = """
+WITH ranked AS (
+    (SELECT id, intent_embedding <=> %(vector)s::vector AS distance, 0 AS pass
+       FROM skills_skillversion
+      WHERE agent_id = %(agent)s AND status = %(validated)s
+      ORDER BY 2, id LIMIT %(candidates)s)
+    UNION ALL
+    (SELECT id, intent_embedding <=> %(vector)s::vector, 1
+       FROM skills_skillversion
+      WHERE agent_id = %(agent)s AND status IN (%(candidate)s, %(experimental)s)
+      ORDER BY 2, id LIMIT %(trying)s)
+)
+SELECT {columns}, s.name AS skill_name, ranked.distance
+  FROM ranked
+  JOIN skills_skillversion v ON v.id = ranked.id
+  JOIN skills_skill s ON s.id = v.skill_id
+ ORDER BY ranked.pass, ranked.distance, v.id
+""".format(columns=", ".join(f"v.{c}" for c in MATCH_COLUMNS))
+
+
+def _nearest(agent: Agent, vector: tuple[float, ...], trying: int) -> list[SkillVersion]:
+    """The SKILLS_MATCH_CANDIDATES validated versions nearest to `vector`, then
+    the `trying` nearest candidate and experimental ones, each with `distance`
+    and its skill (only the name loaded)."""
+    params = {
+        "vector": SkillVersion._meta.get_field("intent_embedding").get_db_prep_value(
+            list(vector), connection
+        ),
+        "agent": agent.pk,
+        "validated": VersionStatus.VALIDATED,
+        "candidate": VersionStatus.CANDIDATE,
+        "experimental": VersionStatus.EXPERIMENTAL,
+        "candidates": settings.SKILLS_MATCH_CANDIDATES,
+        "trying": trying,
+    }
+    with transaction.atomic():
+        # The rows sit in memory; at the default random_page_cost (4) the
+        # planner prefers reading the whole table (every agent's rows) to the
+        # index-only scan of this agent's entries: 19 against 6.5 ms at 8k
+        # validated versions of 16k (docs/benchmarks.md). For this statement only.
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL random_page_cost = 1.1")
+        versions = list(SkillVersion.objects.raw(_NEAREST_SQL, params))
+    for version in versions:
+        version.skill = Skill(
+            id=version.skill_id, agent_id=version.agent_id, name=version.skill_name
+        )
+    return versions
 
 
 def _examine(
@@ -299,22 +352,9 @@ def skill_match(
     rejected versions that were similar enough or whose trigger matched, each
     with its typed reasons, best first.
     """
-    vector = list(_task_embedding(task))
-    distance = CosineDistance("intent_embedding", vector)
-    base = (
-        SkillVersion.objects.filter(agent=agent)
-        .select_related("skill")
-        .only(*MATCH_COLUMNS)
-        .annotate(distance=distance)
-    )
-    validated = base.filter(status=VersionStatus.VALIDATED).order_by("distance", "id")[
-        : settings.SKILLS_MATCH_CANDIDATES
-    ]
-    trying = base.filter(status__in=(VersionStatus.CANDIDATE, VersionStatus.EXPERIMENTAL)).order_by(
-        "distance", "id"
-    )[:near_miss_limit]
     examined = [
-        _examine(v, 1.0 - float(v.distance), task, context, scopes) for v in [*validated, *trying]
+        _examine(v, 1.0 - float(v.distance), task, context, scopes)
+        for v in _nearest(agent, _task_embedding(task), near_miss_limit)
     ]
     applicable = sorted(
         (c for c in examined if not c.reasons),
