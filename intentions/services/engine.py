@@ -48,7 +48,7 @@ from . import triggers
 logger = logging.getLogger(__name__)
 
 ARMED = (IntentionStatus.ACTIVE, IntentionStatus.BLOCKED)
-SCAN_CHUNK = 500
+SCAN_CHUNK = 2000  # ids read per pass of a scan; each agent's share fires in one transaction
 EVENT_CHUNK = 1000
 REHEARSE_AFTER = timedelta(hours=getattr(settings, "PIPER_REHEARSE_AFTER_HOURS", 24))
 
@@ -517,8 +517,11 @@ def check_states(*, agent: Agent | None = None, now: datetime | None = None) -> 
         .order_by("agent_id")
     )
     looked_up: dict[tuple, list] = {}
+    moments: dict[uuid.UUID, datetime] = {}  # one "now" per agent and pass, so lookups share
     for intention in armed.iterator(chunk_size=SCAN_CHUNK):
-        at = now or now_for(intention.agent_id)
+        if intention.agent_id not in moments:
+            moments[intention.agent_id] = now or now_for(intention.agent_id)
+        at = moments[intention.agent_id]
         if intention.not_before is not None and at < intention.not_before:
             continue  # held back until not_before
         spec = intention.trigger_spec
