@@ -512,19 +512,19 @@ def expected_version(i: int, versions: int, at: datetime) -> int:
 
 
 def lookup_current(agent, ref: str, predicate: str) -> list:
-    from facts.selectors import entity_resolve, facts_current, predicate_get
+    """What GET /facts/current?subject=…&predicate=… runs (facts/apis.py)."""
+    from facts.selectors import facts_valid_at_by_ref
 
-    subject = entity_resolve(agent=agent, ref=ref)
-    pred = predicate_get(agent=agent, name=predicate)
-    return list(facts_current(agent=agent, subject=subject, predicate=pred))
+    return facts_valid_at_by_ref(agent=agent, subject_ref=ref, predicate_name=predicate)[2]
 
 
 def lookup_as_of(agent, ref: str, predicate: str, at: datetime) -> list:
-    from facts.selectors import entity_resolve, facts_as_of, predicate_get
+    """What GET /facts/as_of?subject=…&predicate=…&valid_time=… runs."""
+    from facts.selectors import facts_valid_at_by_ref
 
-    subject = entity_resolve(agent=agent, ref=ref)
-    pred = predicate_get(agent=agent, name=predicate)
-    return list(facts_as_of(agent=agent, subject=subject, predicate=pred, valid_time=at))
+    return facts_valid_at_by_ref(
+        agent=agent, subject_ref=ref, predicate_name=predicate, valid_time=at
+    )[2]
 
 
 def entity_resolve_lower(agent, ref: str):
