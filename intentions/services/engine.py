@@ -92,7 +92,7 @@ def fire(
     (or is no longer armed). Returns what fired, or None. Idempotent."""
     with transaction.atomic():
         intention = (
-            Intention.objects.select_for_update(of=("self",))
+            Intention.objects.select_for_update(of=("self",), no_key=True)
             .select_related("agent", "thread")
             .filter(pk=intention_id)
             .first()
@@ -261,7 +261,7 @@ def fire_time_batch(
 def _fire_time_batch(agent_id: uuid.UUID, intention_ids: list[uuid.UUID], at: datetime):
     with transaction.atomic():
         rows = list(
-            Intention.objects.select_for_update(of=("self",), skip_locked=True)
+            Intention.objects.select_for_update(of=("self",), skip_locked=True, no_key=True)
             .select_related("thread")
             .filter(
                 pk__in=intention_ids,
@@ -397,7 +397,7 @@ def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> in
     for pk in ids:
         with transaction.atomic():
             intention = (
-                Intention.objects.select_for_update(of=("self",))
+                Intention.objects.select_for_update(of=("self",), no_key=True)
                 .select_related("agent")
                 .filter(pk=pk, status__in=open_statuses, expires_at__lte=now)
                 .first()
@@ -479,7 +479,7 @@ def match_events(*, agent_id: uuid.UUID) -> list[Fired]:
                     ):
                         matches[intention.pk] = (intention, event)
             list(
-                Intention.objects.select_for_update()
+                Intention.objects.select_for_update(no_key=True)
                 .filter(pk__in=sorted(matches))
                 .order_by("pk")
                 .values_list("pk", flat=True)
@@ -582,7 +582,7 @@ def lock_dependents(intention: Intention) -> None:
     """Lock the rows release_dependents may change, before the caller writes to
     the ledger: the lock order everywhere is intention rows, then chain head."""
     list(
-        Intention.objects.select_for_update()
+        Intention.objects.select_for_update(no_key=True)
         .filter(dependency_links__depends_on=intention, status=IntentionStatus.BLOCKED)
         .order_by("pk")
         .values_list("pk", flat=True)

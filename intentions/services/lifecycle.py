@@ -282,7 +282,7 @@ def _reaches(starts: Sequence[uuid.UUID], target: uuid.UUID) -> bool:
 
 def _locked(agent: Agent, intention_id: uuid.UUID) -> Intention:
     intention = (
-        Intention.objects.select_for_update(of=("self",))
+        Intention.objects.select_for_update(of=("self",), no_key=True)
         .select_related("agent", "source_event")
         .filter(agent=agent, pk=intention_id)
         .first()

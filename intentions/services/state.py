@@ -146,7 +146,10 @@ def thread_get_or_create(*, agent: Agent, key: str, session_id: str = "") -> tup
 
 
 def _locked_thread(agent: Agent, thread_id) -> Thread:
-    thread = Thread.objects.select_for_update().filter(agent=agent, pk=thread_id).first()
+    # NO KEY UPDATE: writers of one thread still exclude each other, but a
+    # firing that adds a pending item (an FK to the thread: KEY SHARE) does not
+    # wait for us while we wait for its agent's chain head — that was a deadlock.
+    thread = Thread.objects.select_for_update(no_key=True).filter(agent=agent, pk=thread_id).first()
     if thread is None:
         raise NotFound(f"thread {thread_id} not found")
     return thread
