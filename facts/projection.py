@@ -358,6 +358,40 @@ class Store:
             if key in wanted:
                 self._remember(key, fact)
 
+    def preload_from(
+        self, agent_id: uuid.UUID, starts: dict[tuple[uuid.UUID, uuid.UUID], datetime]
+    ) -> None:
+        """preload() with a moment per pair: each pair's believed versions still
+        valid after its own start (and every open contest), in one statement —
+        a batch whose claims spread over a year reads ~one version per pair,
+        not the year's history of every pair."""
+        wanted = {pair: at for pair, at in starts.items() if (agent_id, *pair) not in self.pairs}
+        if not wanted:
+            return
+        for (s, p_), at in wanted.items():
+            self.pairs[(agent_id, s, p_)] = PairState(loaded_from=at)
+        keys = list(wanted)
+        rows = Fact.objects.raw(
+            f"""
+            SELECT f.* FROM {Fact._meta.db_table} f
+              JOIN unnest(%s::uuid[], %s::uuid[], %s::timestamptz[]) AS w(s, p, since)
+                ON f.subject_id = w.s AND f.predicate_id = w.p
+             WHERE f.agent_id = %s AND f.status = ANY(%s) AND f.superseded_at IS NULL
+               AND (f.status = %s OR f.valid_to IS NULL OR f.valid_to > w.since)
+             ORDER BY f.valid_from, f.recorded_at, f.id
+            """,
+            [
+                [s for s, _ in keys],
+                [p_ for _, p_ in keys],
+                [wanted[k] for k in keys],
+                agent_id,
+                list(OPEN_STATUSES),
+                FactStatus.CONTESTED,
+            ],
+        )
+        for fact in rows:
+            self._remember((agent_id, fact.subject_id, fact.predicate_id), fact)
+
     def state(
         self,
         agent_id: uuid.UUID,

@@ -106,15 +106,17 @@ def _append_and_apply(
     *,
     agent: Agent,
     drafts: Sequence[EventDraft],
-    preload: Sequence[tuple[str, str]] = (),
-    since: datetime | None = None,
+    preload: dict[tuple[str, str], datetime] | None = None,
 ) -> list[p.Applied]:
     """Append the events, apply them through one store, write the net result.
-    `preload` names the pairs the events touch, `since` the earliest valid time
-    they assert from (older history need not be read)."""
+    `preload` names the pairs the events touch, each with the earliest valid
+    time asserted for it (older history need not be read)."""
     events = events_append(agent=agent, drafts=drafts)
     store = p.Store()
-    store.preload(agent.pk, [(uuid.UUID(s), uuid.UUID(pr)) for s, pr in preload], since)
+    if preload:
+        store.preload_from(
+            agent.pk, {(uuid.UUID(s), uuid.UUID(pr)): at for (s, pr), at in preload.items()}
+        )
     applied = [p.apply(event, store) for event in events]
     store.flush()
     return applied
@@ -441,15 +443,15 @@ def facts_assert(*, agent: Agent, claims: Sequence[ClaimInput]) -> list[p.Applie
         drafts += [prov.draft(p.PREDICATE_DEFINED, d) for prov, d in plan.new_predicates.values()]
         first_assert = len(drafts)
         drafts += [prov.draft(p.ASSERTED, payload) for prov, payload in plan.asserts]
-        starts = [c.valid_from for c in claims]
-        # A claim without valid_from starts at its record time, after now.
-        since = min(
-            [s for s in starts if s is not None]
-            + ([timezone.now() - timedelta(minutes=1)] if None in starts else [])
-        )
-        return _append_and_apply(
-            agent=agent, drafts=drafts, preload=sorted(plan.locks), since=since
-        )[first_assert:]
+        # Each pair is read from its earliest claim on: older versions cannot be
+        # touched. A claim without valid_from starts at its record time, after now.
+        soon = timezone.now() - timedelta(minutes=1)
+        starts: dict[tuple[str, str], datetime] = {}
+        for _, payload in plan.asserts:
+            pair = (payload["subject_id"], payload["predicate_id"])
+            start = parse_datetime(payload["valid_from"]) if payload["valid_from"] else soon
+            starts[pair] = min(start, starts.get(pair, start))
+        return _append_and_apply(agent=agent, drafts=drafts, preload=starts)[first_assert:]
 
     return _with_retry(write)
 
