@@ -570,34 +570,35 @@ class IntentionTickApi(APIView):
     @extend_schema(
         request=EmptyInputSerializer,
         responses=TickOutputSerializer,
-        parameters=[IDEMPOTENCY_KEY],
         summary="Run one engine cycle for this agent at its simulated clock",
         description="Time triggers and expiry, event matching, state re-checks and rehearsal, "
-        "as celery-beat does for everyone else; answers what fired." + BATTERY_NOTE,
+        "as celery-beat does for everyone else; answers what fired. Each firing commits on "
+        "its own, as in the beat's cycle, and a repeated tick at the same clock fires "
+        "nothing more, so no Idempotency-Key is needed (one is ignored)." + BATTERY_NOTE,
     )
     def post(self, request):
-        def write():
-            _battery_only(request.user, "running the engine by hand")
-            _body(EmptyInputSerializer, request)
-            cycle = engine.tick(agent=request.user)
-            fired = [
-                {
-                    "intention_id": f.intention_id,
-                    "occurrence": f.occurrence,
-                    "firing_id": f.firing_id,
-                    "cause": cause,
-                }
-                for cause, key in (
-                    (TriggerType.TIME, "time"),
-                    (TriggerType.EVENT, "events"),
-                    (TriggerType.STATE, "states"),
-                )
-                for f in cycle[key]
-            ]
-            body = {"now": cycle["now"], "fired": fired, "rehearsed": cycle["rehearsed"]}
-            return Response(TickOutputSerializer(body).data)
-
-        return idempotent_write(request, write)
+        # Not one transaction: a tick holding the agent's chain head from its first
+        # firing while locking the next intention would deadlock with a worker's
+        # firing (intention row, then chain head) — the engine's lock order.
+        _battery_only(request.user, "running the engine by hand")
+        _body(EmptyInputSerializer, request)
+        cycle = engine.tick(agent=request.user)
+        fired = [
+            {
+                "intention_id": f.intention_id,
+                "occurrence": f.occurrence,
+                "firing_id": f.firing_id,
+                "cause": cause,
+            }
+            for cause, key in (
+                (TriggerType.TIME, "time"),
+                (TriggerType.EVENT, "events"),
+                (TriggerType.STATE, "states"),
+            )
+            for f in cycle[key]
+        ]
+        body = {"now": cycle["now"], "fired": fired, "rehearsed": cycle["rehearsed"]}
+        return Response(TickOutputSerializer(body).data)
 
 
 # ------------------------------------------------------------------ engine helpers
