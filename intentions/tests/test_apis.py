@@ -2559,3 +2559,52 @@ class TestServiceGuards:
                     description="x", trigger_type="manual", retry_policy={"max_retries": "x"}
                 ),
             )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tick_does_not_deadlock_with_a_worker_firing_for_the_same_agent():
+    """The tick's first firing must not hold the agent's chain head while it
+    locks the next intention: a worker holding that intention's row and waiting
+    for the chain head (the engine's lock order) would deadlock with it."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from intentions.models import Intention
+    from ledger.services import event_append
+
+    client = battery_client("tick-vs-worker")
+    make_intention(client, trigger_type="time", due_at=T0.isoformat(), description="first")
+    watched = make_intention(
+        client,
+        trigger_type="state",
+        trigger_spec={"subject": "web", "predicate": "status", "op": "exists"},
+        description="second",
+    )
+    post(client, "/api/v1/facts", {"subject": "web", "predicate": "status", "value": "down"})
+    locked, release = threading.Event(), threading.Event()
+    failures = []
+
+    def worker():  # what fire() does: the intention's row, then the chain head
+        try:
+            with transaction.atomic():
+                Intention.objects.select_for_update(no_key=True).get(pk=watched["id"])
+                locked.set()
+                release.wait(10)
+                event_append(agent=client.agent, event_type="worker.note")
+        except Exception as exc:  # a deadlock victim lands here
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert locked.wait(10)
+    # The tick fires "first" (taking the chain head), then waits for "second"'s
+    # row; the worker is released only after the tick has had time to block.
+    threading.Timer(0.5, release.set).start()
+    body = tick(client)
+    thread.join(10)
+
+    assert failures == []
+    assert sorted(f["cause"] for f in body["fired"]) == ["state", "time"]
