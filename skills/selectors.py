@@ -285,10 +285,19 @@ def _nearest(agent: Agent, vector: tuple[float, ...], trying: int) -> list[Skill
         # The rows sit in memory; at the default random_page_cost (4) the
         # planner prefers reading the whole table (every agent's rows) to the
         # index-only scan of this agent's entries: 19 against 6.5 ms at 8k
-        # validated versions of 16k (docs/benchmarks.md). For this statement only.
+        # validated versions of 16k (docs/benchmarks.md). For this statement only:
+        # the old value is put back, since a caller's transaction may go on.
         with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL random_page_cost = 1.1")
-        versions = list(SkillVersion.objects.raw(_NEAREST_SQL, params))
+            cursor.execute(
+                "SELECT current_setting('random_page_cost'),"
+                " set_config('random_page_cost', '1.1', true)"
+            )
+            previous = cursor.fetchone()[0]
+        try:
+            versions = list(SkillVersion.objects.raw(_NEAREST_SQL, params))
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('random_page_cost', %s, true)", [previous])
     for version in versions:
         version.skill = Skill(
             id=version.skill_id, agent_id=version.agent_id, name=version.skill_name

@@ -158,3 +158,17 @@ def test_statistics_are_derived_from_executions(agent, in_process_sandbox, setti
     assert v.last_used_at is not None
     assert v.last_validation_status == "passed"
     assert selectors.rate(v.successes, v.executions_total) == 0.6667
+
+
+def test_matching_leaves_the_planner_settings_of_the_callers_transaction_alone(db):
+    from django.db import connection, transaction
+
+    from piper.tenancy.tests.factories import AgentFactory
+    from skills import selectors
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('random_page_cost')")
+        before = cursor.fetchone()[0]
+        selectors.skill_match(agent=AgentFactory(), task="anything at all", context={})
+        cursor.execute("SELECT current_setting('random_page_cost')")
+        assert cursor.fetchone()[0] == before
