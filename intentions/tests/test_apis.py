@@ -2570,7 +2570,7 @@ def test_a_tick_does_not_deadlock_with_a_worker_firing_for_the_same_agent():
 
     from django.db import connection, transaction
 
-    from intentions.models import Intention
+    from intentions.models import Firing, Intention
     from ledger.services import event_append
 
     client = battery_client("tick-vs-worker")
@@ -2607,4 +2607,7 @@ def test_a_tick_does_not_deadlock_with_a_worker_firing_for_the_same_agent():
     thread.join(10)
 
     assert failures == []
-    assert sorted(f["cause"] for f in body["fired"]) == ["state", "time"]
+    assert "time" in [f["cause"] for f in body["fired"]]
+    # The state intention fired exactly once — in the tick, or by a worker that
+    # took the fact commit's re-check first.
+    assert Firing.objects.filter(intention_id=watched["id"]).count() == 1
