@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from django.utils import timezone
 from drf_spectacular.utils import (
-    OpenApiParameter,
     OpenApiResponse,
     PolymorphicProxySerializer,
     extend_schema,
@@ -19,8 +18,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from piper.api.idempotency import idempotent_write
+from piper.api.inputs import IDEMPOTENCY_KEY, body_data, query_data, require_json_object
 from piper.api.pagination import NewestIdCursorPagination, StrictCursorPagination
-from piper.errors import InvalidInput, NotFound, PayloadTooLarge
+from piper.errors import NotFound, PayloadTooLarge
 from piper.tenancy.models import Scope
 
 from . import projection, selectors, services
@@ -58,32 +58,6 @@ from .serializers import (
     RetractInputSerializer,
 )
 
-IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key",
-    str,
-    OpenApiParameter.HEADER,
-    required=False,
-    description="A retry with the same key returns the first answer and writes nothing.",
-)
-
-
-def _query(serializer_class, request) -> dict:
-    params = serializer_class(data={k: v for k, v in request.query_params.items()})
-    params.is_valid(raise_exception=True)
-    return params.validated_data
-
-
-def _body(serializer_class, request) -> dict:
-    _require_object(request.data, "send a JSON object")
-    params = serializer_class(data=request.data)
-    params.is_valid(raise_exception=True)
-    return params.validated_data
-
-
-def _require_object(body, message: str) -> None:
-    if not isinstance(body, dict):
-        raise InvalidInput(message, details={"body": ["expected a JSON object"]})
-
 
 def _write_result(agent, applied: projection.Applied) -> dict:
     return {
@@ -113,7 +87,7 @@ class EntityListApi(APIView):
         summary="This agent's entities, newest first (cursor pagination)",
     )
     def get(self, request):
-        _query(CursorQuerySerializer, request)
+        query_data(CursorQuerySerializer, request)
         paginator = NewestIdCursorPagination()
         page = paginator.paginate_queryset(
             selectors.entity_list(agent=request.user), request, view=self
@@ -130,7 +104,7 @@ class EntityListApi(APIView):
     )
     def post(self, request):
         def write():
-            data = _body(EntityCreateInputSerializer, request)
+            data = body_data(EntityCreateInputSerializer, request)
             entity = services.entity_create(agent=request.user, **data)
             entity = selectors.entity_get(agent=request.user, entity_id=entity.pk)
             return Response(EntityOutputSerializer(entity).data, status=status.HTTP_201_CREATED)
@@ -161,7 +135,7 @@ class EntityAliasApi(APIView):
     def post(self, request, entity_id):
         def write():
             entity = selectors.entity_get(agent=request.user, entity_id=entity_id)
-            data = _body(AliasAddInputSerializer, request)
+            data = body_data(AliasAddInputSerializer, request)
             known = _names(request.user, data["alias"]) == entity.pk
             services.entity_alias_add(agent=request.user, entity=entity, alias=data["alias"])
             entity = selectors.entity_get(agent=request.user, entity_id=entity_id)
@@ -190,7 +164,7 @@ class EntitySearchApi(APIView):
         "similar it is (0-1). Similarity only finds candidates: it never decides a fact.",
     )
     def get(self, request):
-        params = _query(EntitySearchQuerySerializer, request)
+        params = query_data(EntitySearchQuerySerializer, request)
         matches = selectors.entity_search(
             agent=request.user, query=params["q"], limit=params["limit"]
         )
@@ -208,7 +182,7 @@ class PredicateListApi(APIView):
         summary="This agent's predicates, by name (cursor pagination)",
     )
     def get(self, request):
-        _query(CursorQuerySerializer, request)
+        query_data(CursorQuerySerializer, request)
         paginator = PredicatePagination()
         page = paginator.paginate_queryset(
             selectors.predicate_list(agent=request.user), request, view=self
@@ -238,7 +212,7 @@ class PredicateDetailApi(APIView):
     )
     def put(self, request, name):
         def write():
-            data = _body(PredicateDefineInputSerializer, request)
+            data = body_data(PredicateDefineInputSerializer, request)
             try:
                 selectors.predicate_get(agent=request.user, name=name)
                 existed = True
@@ -273,7 +247,7 @@ class AuthorityOrderApi(APIView):
     )
     def put(self, request):
         def write():
-            data = _body(AuthorityOrderSerializer, request)
+            data = body_data(AuthorityOrderSerializer, request)
             services.authority_order_set(agent=request.user, order=data["order"])
             order = selectors.authority_order(agent=request.user)
             return Response(AuthorityOrderSerializer({"order": list(order)}).data)
@@ -314,7 +288,7 @@ class FactAssertApi(APIView):
     )
     def post(self, request):
         body = request.data
-        _require_object(body, 'send a fact object, or {"facts": [...]} for a batch')
+        require_json_object(body, 'send a fact object, or {"facts": [...]} for a batch')
         if "facts" in body:
             if isinstance(body["facts"], list) and len(body["facts"]) > services.MAX_BATCH:
                 raise PayloadTooLarge(
@@ -362,7 +336,7 @@ class FactAssertApi(APIView):
 
 def _fact_action(request, service, serializer_class, fact_id, **fixed):
     def write():
-        data = dict(_body(serializer_class, request))
+        data = dict(body_data(serializer_class, request))
         provenance = ProvenanceInputSerializer.provenance(data)
         for name in ProvenanceInputSerializer.PROVENANCE_FIELDS:
             data.pop(name, None)
@@ -399,7 +373,7 @@ class FactCorrectApi(APIView):
     )
     def post(self, request, fact_id):
         def write():
-            data = _body(CorrectInputSerializer, request)
+            data = body_data(CorrectInputSerializer, request)
             applied = services.fact_correct(
                 agent=request.user,
                 fact_id=fact_id,
@@ -440,7 +414,7 @@ class FactResolveApi(APIView):
     )
     def post(self, request, fact_id):
         def write():
-            data = _body(ResolveInputSerializer, request)
+            data = body_data(ResolveInputSerializer, request)
             applied = services.contest_resolve(agent=request.user, fact_id=fact_id, **data)
             return Response(FactWriteOutputSerializer(_write_result(request.user, applied)).data)
 
@@ -473,7 +447,7 @@ class FactCurrentApi(APIView):
         "are never current; they show in each fact's memory_status.contested_by.",
     )
     def get(self, request):
-        params = _query(FactQuerySerializer, request)
+        params = query_data(FactQuerySerializer, request)
         if params.get("predicate"):
             subject, _, facts = selectors.facts_valid_at_by_ref(
                 agent=request.user,
@@ -494,7 +468,7 @@ class FactAsOfApi(APIView):
         summary="as_of: what was true at valid_time, as currently believed",
     )
     def get(self, request):
-        params = _query(FactAsOfQuerySerializer, request)
+        params = query_data(FactAsOfQuerySerializer, request)
         if params.get("predicate"):
             subject, _, facts = selectors.facts_valid_at_by_ref(
                 agent=request.user,
@@ -525,7 +499,7 @@ class FactAsKnownAtApi(APIView):
         "retractions are ignored; contested claims were never believed and never appear.",
     )
     def get(self, request):
-        params = _query(FactAsKnownAtQuerySerializer, request)
+        params = query_data(FactAsKnownAtQuerySerializer, request)
         subject, predicate = _subject_and_predicate(request, params)
         facts = selectors.facts_as_known_at(
             agent=request.user,
@@ -560,7 +534,7 @@ class FactChainApi(APIView):
         description=CHAIN_DESCRIPTION,
     )
     def get(self, request):
-        params = _query(FactChainQuerySerializer, request)
+        params = query_data(FactChainQuerySerializer, request)
         subject, predicate = _subject_and_predicate(request, params)
         facts = selectors.fact_chain(agent=request.user, subject=subject, predicate=predicate)
         body = {"subject": subject, "predicate": predicate.name, "facts": facts}
@@ -594,7 +568,7 @@ class FactContestedApi(APIView):
         "POST /facts/{id}/resolve (admin scope).",
     )
     def get(self, request):
-        _query(CursorQuerySerializer, request)
+        query_data(CursorQuerySerializer, request)
         paginator = ContestPagination()
         page = paginator.paginate_queryset(
             selectors.contested_queue(agent=request.user), request, view=self
@@ -615,7 +589,7 @@ class GraphPathsApi(APIView):
         "Each path carries its facts as evidence.",
     )
     def get(self, request):
-        params = _query(GraphPathsQuerySerializer, request)
+        params = query_data(GraphPathsQuerySerializer, request)
         agent = request.user
         start = selectors.entity_resolve(agent=agent, ref=params["start"])
         end = selectors.entity_resolve(agent=agent, ref=params["end"]) if "end" in params else None

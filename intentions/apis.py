@@ -12,14 +12,15 @@ from __future__ import annotations
 import dataclasses
 import uuid
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from piper.api.idempotency import idempotent_write
+from piper.api.inputs import IDEMPOTENCY_KEY, body_data, query_data
 from piper.api.pagination import NewestIdCursorPagination, StrictCursorPagination
-from piper.errors import InvalidInput, NotFound, Unprocessable
+from piper.errors import NotFound, Unprocessable
 from piper.tenancy.models import Agent, Scope
 
 from . import selectors
@@ -61,32 +62,11 @@ from .serializers import (
 )
 from .services import engine, lifecycle, outbox, state
 
-IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key",
-    str,
-    OpenApiParameter.HEADER,
-    required=False,
-    description="A retry with the same key returns the first answer and writes nothing.",
-)
 BATTERY_NOTE = (
     " This endpoint exists for the Memory Battery: only a throwaway agent (one a battery run "
     "created) may use it; any other agent gets 403 battery_only."
 )
 ThreadPageSerializer = page_of(ThreadOutputSerializer, "ThreadPageSerializer")
-
-
-def _query(serializer_class, request) -> dict:
-    params = serializer_class(data={k: v for k, v in request.query_params.items()})
-    params.is_valid(raise_exception=True)
-    return params.validated_data
-
-
-def _body(serializer_class, request) -> dict:
-    if not isinstance(request.data, dict):
-        raise InvalidInput("send a JSON object", details={"body": ["expected a JSON object"]})
-    params = serializer_class(data=request.data)
-    params.is_valid(raise_exception=True)
-    return params.validated_data
 
 
 def _battery_only(agent: Agent, what: str) -> None:
@@ -122,7 +102,7 @@ class ThreadListApi(APIView):
         summary="This agent's threads, newest first (cursor pagination)",
     )
     def get(self, request):
-        params = _query(ThreadListQuerySerializer, request)
+        params = query_data(ThreadListQuerySerializer, request)
         paginator = NewestIdCursorPagination()
         page = paginator.paginate_queryset(
             selectors.thread_list(agent=request.user, status=params.get("status")),
@@ -147,7 +127,7 @@ class ThreadListApi(APIView):
     )
     def post(self, request):
         def write():
-            data = _body(ThreadCreateInputSerializer, request)
+            data = body_data(ThreadCreateInputSerializer, request)
             thread, created = state.thread_get_or_create(agent=request.user, **data)
             thread = selectors.thread_get(agent=request.user, thread_id=thread.pk)
             return Response(
@@ -180,7 +160,7 @@ class ThreadStateApi(APIView):
     )
     def get(self, request, thread_id):
         thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
-        params = _query(WorkingStateQuerySerializer, request)
+        params = query_data(WorkingStateQuerySerializer, request)
         checkpoint = selectors.working_state_get(thread=thread, version=params.get("version"))
         return Response(WorkingStateOutputSerializer(checkpoint).data)
 
@@ -197,7 +177,7 @@ class ThreadStateApi(APIView):
     def put(self, request, thread_id):
         def write():
             thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
-            data = _body(WorkingStateWriteInputSerializer, request)
+            data = body_data(WorkingStateWriteInputSerializer, request)
             written = state.working_state_write(agent=request.user, thread=thread, **data)
             return Response(
                 WorkingStateOutputSerializer(written).data, status=status.HTTP_201_CREATED
@@ -215,7 +195,7 @@ class ThreadVersionsApi(APIView):
     )
     def get(self, request, thread_id):
         thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
-        _query(CursorQuerySerializer, request)
+        query_data(CursorQuerySerializer, request)
         paginator = VersionPagination()
         page = paginator.paginate_queryset(
             selectors.working_state_versions(thread=thread), request, view=self
@@ -236,7 +216,7 @@ class ThreadHandoverApi(APIView):
     def post(self, request, thread_id):
         def write():
             thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
-            data = _body(HandoverInputSerializer, request)
+            data = body_data(HandoverInputSerializer, request)
             handover = state.handover_start(agent=request.user, thread=thread, **data)
             return Response(HandoverOutputSerializer(handover).data, status=status.HTTP_201_CREATED)
 
@@ -258,7 +238,7 @@ class ThreadResumeApi(APIView):
     def post(self, request, thread_id):
         def write():
             thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
-            data = _body(SessionInputSerializer, request)
+            data = body_data(SessionInputSerializer, request)
             package = state.thread_resume(agent=request.user, thread=thread, **data)
             package = dataclasses.replace(
                 package,
@@ -284,7 +264,7 @@ class ThreadAcknowledgeApi(APIView):
     def post(self, request, thread_id):
         def write():
             thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
-            data = _body(SessionInputSerializer, request)
+            data = body_data(SessionInputSerializer, request)
             handover = state.thread_acknowledge(agent=request.user, thread=thread, **data)
             return Response(HandoverOutputSerializer(handover).data)
 
@@ -303,7 +283,7 @@ class PendingClearApi(APIView):
     def post(self, request, thread_id):
         def write():
             thread = selectors.thread_get(agent=request.user, thread_id=thread_id)
-            data = _body(PendingClearInputSerializer, request)
+            data = body_data(PendingClearInputSerializer, request)
             cleared = state.pending_clear(agent=request.user, thread=thread, item_ids=data["ids"])
             body = {"cleared": cleared, "pending": list(selectors.pending_items(thread=thread))}
             return Response(PendingClearOutputSerializer(body).data)
@@ -338,7 +318,7 @@ class IntentionListApi(APIView):
         "thread (an id; 404 when it is not this agent's).",
     )
     def get(self, request):
-        params = _query(IntentionListQuerySerializer, request)
+        params = query_data(IntentionListQuerySerializer, request)
         intentions = selectors.intention_list(
             agent=request.user,
             statuses=params.get("status", ()),
@@ -363,7 +343,7 @@ class IntentionListApi(APIView):
     )
     def post(self, request):
         def write():
-            data = dict(_body(IntentionCreateInputSerializer, request))
+            data = dict(body_data(IntentionCreateInputSerializer, request))
             thread_id = data.pop("thread")
             try:
                 thread = _filter_thread(request.user, thread_id)
@@ -392,7 +372,7 @@ class IntentionDueApi(APIView):
         "completed or skipped.",
     )
     def get(self, request):
-        params = _query(IntentionDueQuerySerializer, request)
+        params = query_data(IntentionDueQuerySerializer, request)
         intentions = selectors.intentions_due(
             agent=request.user, thread=_filter_thread(request.user, params.get("thread"))
         )
@@ -415,7 +395,7 @@ def _action(request, serializer_class, act) -> Response:
     """Validate the body, call the lifecycle service, answer with the intention's detail."""
 
     def write():
-        data = _body(serializer_class, request)
+        data = body_data(serializer_class, request)
         intention = act(data)
         return Response(_detail(request.user, intention.pk))
 
@@ -557,7 +537,7 @@ class IntentionDependenciesApi(APIView):
     def put(self, request, intention_id):
         def write():
             intention = selectors.intention_get(agent=request.user, intention_id=intention_id)
-            data = _body(DependenciesInputSerializer, request)
+            data = body_data(DependenciesInputSerializer, request)
             lifecycle.intention_set_dependencies(
                 agent=request.user, intention=intention, dependencies=data["dependencies"]
             )
@@ -581,7 +561,7 @@ class IntentionTickApi(APIView):
         # firing while locking the next intention would deadlock with a worker's
         # firing (intention row, then chain head) — the engine's lock order.
         _battery_only(request.user, "running the engine by hand")
-        _body(EmptyInputSerializer, request)
+        body_data(EmptyInputSerializer, request)
         cycle = engine.tick(agent=request.user)
         fired = [
             {
@@ -630,7 +610,7 @@ class WebhookApi(APIView):
     )
     def put(self, request):
         def write():
-            data = _body(WebhookInputSerializer, request)
+            data = body_data(WebhookInputSerializer, request)
             outbox.webhook_set(agent=request.user, **data)
             return Response(WebhookOutputSerializer(selectors.webhook_get(agent=request.user)).data)
 
@@ -678,7 +658,7 @@ class ClockApi(APIView):
     def put(self, request):
         def write():
             _battery_only(request.user, "a simulated clock")
-            data = _body(ClockInputSerializer, request)
+            data = body_data(ClockInputSerializer, request)
             engine.clock_set(agent=request.user, now=data["now"])
             return self._now(request.user)
 

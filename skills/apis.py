@@ -41,12 +41,13 @@ from __future__ import annotations
 import time
 import uuid
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from piper.api.idempotency import idempotent_write
+from piper.api.inputs import IDEMPOTENCY_KEY, body_data, query_data
 from piper.api.pagination import NewestIdCursorPagination
 from piper.errors import InvalidInput
 from piper.tenancy.models import Scope
@@ -77,28 +78,7 @@ from .serializers import (
 )
 from .services import definitions, lifecycle, runs
 
-IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key",
-    str,
-    OpenApiParameter.HEADER,
-    required=False,
-    description="A retry with the same key returns the first answer and writes nothing.",
-)
 POLL_SECONDS = 0.05
-
-
-def _query(serializer_class, request) -> dict:
-    params = serializer_class(data={k: v for k, v in request.query_params.items()})
-    params.is_valid(raise_exception=True)
-    return params.validated_data
-
-
-def _body(serializer_class, request) -> dict:
-    if not isinstance(request.data, dict):
-        raise InvalidInput("send a JSON object", details={"body": ["expected a JSON object"]})
-    params = serializer_class(data=request.data)
-    params.is_valid(raise_exception=True)
-    return params.validated_data
 
 
 def _actor(request) -> str:
@@ -132,7 +112,7 @@ class SkillListApi(APIView):
         summary="This agent's skills, newest first, each with its versions (cursor pagination)",
     )
     def get(self, request):
-        params = _query(SkillListQuerySerializer, request)
+        params = query_data(SkillListQuerySerializer, request)
         paginator = NewestIdCursorPagination()
         page = paginator.paginate_queryset(
             selectors.skill_list(agent=request.user, name=params.get("name")), request, view=self
@@ -153,7 +133,7 @@ class SkillListApi(APIView):
     )
     def post(self, request):
         def write():
-            data = dict(_body(SkillCreateInputSerializer, request))
+            data = dict(body_data(SkillCreateInputSerializer, request))
             name, session_id = data.pop("name"), data.get("session_id", "")
             skill, _ = definitions.skill_create(
                 agent=request.user,
@@ -192,7 +172,7 @@ class SkillVersionCreateApi(APIView):
     def post(self, request, skill_id):
         def write():
             skill = selectors.skill_get(agent=request.user, skill_id=skill_id)
-            data = dict(_body(VersionCreateInputSerializer, request))
+            data = dict(body_data(VersionCreateInputSerializer, request))
             supersedes, session_id = data.pop("supersedes"), data.get("session_id", "")
             version = definitions.version_create(
                 agent=request.user,
@@ -226,7 +206,7 @@ class _TransitionApi(APIView):
 
     def post(self, request, version_id):
         def write():
-            data = _body(self.input_serializer, request)
+            data = body_data(self.input_serializer, request)
             type(self).service(
                 agent=request.user, version_id=version_id, actor=_actor(request), **data
             )
@@ -291,7 +271,7 @@ class VersionValidateApi(APIView):
     )
     def post(self, request, version_id):
         def write():
-            data = _body(ValidateInputSerializer, request)
+            data = body_data(ValidateInputSerializer, request)
             version = selectors.version_get(agent=request.user, version_id=version_id)
             validation = runs.validation_request(
                 agent=request.user, version=version, kind=data["kind"], actor=_actor(request)
@@ -310,7 +290,7 @@ class VersionValidationsApi(APIView):
         summary="The version's validation runs, newest first, with each case's sandbox output",
     )
     def get(self, request, version_id):
-        _query(CursorQuerySerializer, request)
+        query_data(CursorQuerySerializer, request)
         version = selectors.version_get(agent=request.user, version_id=version_id)
         paginator = NewestIdCursorPagination()
         page = paginator.paginate_queryset(
@@ -349,7 +329,7 @@ class MatchApi(APIView):
         "misses list rejected versions with typed reasons. Writes nothing.",
     )
     def post(self, request):
-        data = _body(MatchInputSerializer, request)
+        data = body_data(MatchInputSerializer, request)
         if not isinstance(data["context"], dict):
             raise InvalidInput("context: a JSON object", details={"context": ["must be an object"]})
         result = selectors.skill_match(
@@ -384,10 +364,10 @@ class VersionExecuteApi(APIView):
         "missing_permission when the key lacks the version's required permissions.",
     )
     def post(self, request, version_id):
-        wait = _query(ExecuteQuerySerializer, request).get("wait")
+        wait = query_data(ExecuteQuerySerializer, request).get("wait")
 
         def write():
-            data = _body(ExecuteInputSerializer, request)
+            data = body_data(ExecuteInputSerializer, request)
             execution = runs.execution_request(
                 agent=request.user,
                 version_id=version_id,
@@ -420,7 +400,7 @@ class VersionExecutionsApi(APIView):
         summary="The version's executions, newest first (cursor pagination)",
     )
     def get(self, request, version_id):
-        params = _query(ExecutionListQuerySerializer, request)
+        params = query_data(ExecutionListQuerySerializer, request)
         version = selectors.version_get(agent=request.user, version_id=version_id)
         paginator = NewestIdCursorPagination()
         page = paginator.paginate_queryset(
@@ -444,7 +424,7 @@ class VersionExecutionsApi(APIView):
     )
     def post(self, request, version_id):
         def write():
-            data = _body(ExecutionReportInputSerializer, request)
+            data = body_data(ExecutionReportInputSerializer, request)
             execution = runs.execution_report(
                 agent=request.user,
                 version_id=version_id,
