@@ -138,3 +138,55 @@ def item_context(
     return ItemContext(
         run_id=run.pk, seed=seed, suite=suite, item=item, client=clients[0], new_client=new_client
     )
+
+
+class Faulty:
+    """The real service with one fault, as the battery would see it: subclasses
+    rewrite the requests or answers they care about."""
+
+    def __init__(self, inner):
+        self.inner, self.target = inner, inner.target
+
+    def request(self, method, path, *, body=None, headers=None):
+        return self.inner.request(method, path, body=body, headers=headers)
+
+    def close(self):
+        self.inner.close()
+
+
+def run_suite_small(
+    transport, *, code: str, module, draw, none: dict, seed: int, counts: dict, successors: bool
+) -> tuple[list, list]:
+    """One suite's generated items for `counts` (the other kinds at `none`),
+    through suite_execute against `transport`. With `successors`, items may
+    ask for further clients of the same run (handovers)."""
+    from battery.runner import suite_execute
+
+    suite = Suite(code=f"Z{code}", name=f"Suite {code}, small", description="test", weight=0)
+    suite.generated(
+        module.__name__.rsplit(".", 1)[-1],
+        generate=lambda rng: draw.generate(rng, {**none, **counts}),
+        prepare=module.prepare,
+        check=module.check,
+    )
+    run = BatteryRun.objects.create(seed=seed, suites=[f"Z{code}"], target=transport.target)
+    clients = []
+
+    def new_client():
+        clients.append(
+            throwaway_client_create(run=run, transport=transport, number=len(clients) + 1)
+        )
+        return clients[-1]
+
+    primary = new_client()
+    specs = suite.specs(suite.generators[0], seed=seed)
+    outcomes = list(
+        suite_execute(
+            suite=suite,
+            seed=seed,
+            run_id=run.pk,
+            client=primary,
+            new_client=new_client if successors else None,
+        )
+    )
+    return specs, outcomes

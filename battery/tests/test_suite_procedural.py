@@ -21,13 +21,12 @@ import pytest
 from django.core.management import call_command
 
 from battery.models import BatteryRun
-from battery.registry import ItemOutcome, Suite, suites_select
-from battery.runner import suite_execute
+from battery.registry import ItemOutcome, suites_select
 from battery.scoring import score_run, suite_result
-from battery.services import throwaway_client_create
 from battery.suites import procedural
 from battery.suites.procedural import draw
 from battery.suites.procedural.judge import Run, judge_premature, judge_probe, judge_use, summarize
+from battery.tests.helpers import Faulty, run_suite_small
 from battery.transport import ApiResponse, InProcessTransport
 from skills import conditions
 
@@ -396,33 +395,16 @@ def eager(monkeypatch):
 
 def run_small(transport, *, seed: int = 11, **counts: int) -> tuple[list, list[ItemOutcome]]:
     """Suite D's items for `counts`, through suite_execute against `transport`."""
-    suite = Suite(code="ZD", name="Suite D, small", description="test", weight=0)
-    suite.generated(
-        "procedural",
-        generate=lambda rng: draw.generate(rng, {**NONE, **counts}),
-        prepare=procedural.prepare,
-        check=procedural.check,
+    return run_suite_small(
+        transport,
+        code="D",
+        module=procedural,
+        draw=draw,
+        none=NONE,
+        seed=seed,
+        counts=counts,
+        successors=False,
     )
-    run = BatteryRun.objects.create(seed=seed, suites=["ZD"], target=transport.target)
-    client = throwaway_client_create(run=run, transport=transport, number=1)
-    specs = suite.specs(suite.generators[0], seed=seed)
-    outcomes = list(
-        suite_execute(suite=suite, seed=seed, run_id=run.pk, client=client, new_client=None)
-    )
-    return specs, outcomes
-
-
-class Faulty:
-    """The real service with one fault, as the battery would see it."""
-
-    def __init__(self, inner):
-        self.inner, self.target = inner, inner.target
-
-    def request(self, method, path, *, body=None, headers=None):
-        return self.inner.request(method, path, body=body, headers=headers)
-
-    def close(self):
-        self.inner.close()
 
 
 class IgnoresContraindications(Faulty):

@@ -19,10 +19,8 @@ from django.core.management import CommandError, call_command
 from django.utils.dateparse import parse_datetime
 
 from battery.models import BatteryRun
-from battery.registry import ItemOutcome, Suite, suites_select
-from battery.runner import suite_execute
+from battery.registry import ItemOutcome, suites_select
 from battery.scoring import score_run, suite_result
-from battery.services import throwaway_client_create
 from battery.suites import prospective
 from battery.suites.prospective import draw
 from battery.suites.prospective.draw import (
@@ -46,6 +44,7 @@ from battery.suites.prospective.judge import (
 )
 from battery.suites.working_state.judge import CORRECT, miss
 from battery.taxonomy import FailureCode as F
+from battery.tests.helpers import Faulty, run_suite_small
 from battery.transport import InProcessTransport
 
 KINDS = ("e1", "e2", "e3", "e4", "e5", "e6", "e7")
@@ -642,43 +641,18 @@ def test_one_cue_missed_one_false_fire_one_cancellation_or_zombie_or_handover_mo
 # ------------------------------------------------------------- against the real service
 
 
-def run_small(transport, *, seed: int = 11, **counts: int) -> tuple[list, list]:
+def run_small(transport, *, seed: int = 11, **counts: int) -> tuple[list, list[ItemOutcome]]:
     """Suite E's items for `counts`, through suite_execute against `transport`."""
-    suite = Suite(code="ZE", name="Suite E, small", description="test", weight=0)
-    suite.generated(
-        "prospective",
-        generate=lambda rng: draw.generate(rng, {**NONE, **counts}),
-        prepare=prospective.prepare,
-        check=prospective.check,
+    return run_suite_small(
+        transport,
+        code="E",
+        module=prospective,
+        draw=draw,
+        none=NONE,
+        seed=seed,
+        counts=counts,
+        successors=True,
     )
-    run = BatteryRun.objects.create(seed=seed, suites=["ZE"], target=transport.target)
-    clients = []
-
-    def new_client():
-        clients.append(
-            throwaway_client_create(run=run, transport=transport, number=len(clients) + 1)
-        )
-        return clients[-1]
-
-    primary = new_client()
-    specs = suite.specs(suite.generators[0], seed=seed)
-    outcomes = list(
-        suite_execute(suite=suite, seed=seed, run_id=run.pk, client=primary, new_client=new_client)
-    )
-    return specs, outcomes
-
-
-class Faulty:
-    """The real service with one fault, as the battery would see it."""
-
-    def __init__(self, inner):
-        self.inner, self.target = inner, inner.target
-
-    def request(self, method, path, *, body=None, headers=None):
-        return self.inner.request(method, path, body=body, headers=headers)
-
-    def close(self):
-        self.inner.close()
 
 
 ACT = re.compile(r"^/api/v1/intentions/([0-9a-f-]{36})/(\w+)$")

@@ -18,10 +18,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from battery.models import BatteryRun
-from battery.registry import ItemFailure, ItemOutcome, Suite, suites_select
-from battery.runner import suite_execute
+from battery.registry import ItemFailure, ItemOutcome, suites_select
 from battery.scoring import score_run, suite_result
-from battery.services import throwaway_client_create
 from battery.suites import semantic
 from battery.suites.procedural import draw as procedural_draw
 from battery.suites.prospective import draw as prospective_draw
@@ -30,6 +28,7 @@ from battery.suites.semantic.draw import value_key
 from battery.suites.semantic.judge import Tally, judge_paths, judge_values, miss, summarize
 from battery.suites.working_state import draw as working_state_draw
 from battery.taxonomy import FailureCode as F
+from battery.tests.helpers import Faulty, run_suite_small
 from battery.transport import InProcessTransport
 from piper.celery import app as celery_app
 
@@ -441,22 +440,18 @@ def test_one_answer_fewer_or_one_stale_answer_more_fails_the_run():
 # ------------------------------------------------------------- against the real service
 
 
-def run_small(transport, *, seed: int = 11, **counts: int) -> tuple[list, list]:
+def run_small(transport, *, seed: int = 11, **counts: int) -> tuple[list, list[ItemOutcome]]:
     """Suite C's items for `counts`, through suite_execute against `transport`."""
-    suite = Suite(code="ZC", name="Suite C, small", description="test", weight=0)
-    suite.generated(
-        "semantic",
-        generate=lambda rng: draw.generate(rng, {**NONE, **counts}),
-        prepare=semantic.prepare,
-        check=semantic.check,
+    return run_suite_small(
+        transport,
+        code="C",
+        module=semantic,
+        draw=draw,
+        none=NONE,
+        seed=seed,
+        counts=counts,
+        successors=False,
     )
-    run = BatteryRun.objects.create(seed=seed, suites=["ZC"], target=transport.target)
-    client = throwaway_client_create(run=run, transport=transport, number=1)
-    specs = suite.specs(suite.generators[0], seed=seed)
-    outcomes = list(
-        suite_execute(suite=suite, seed=seed, run_id=run.pk, client=client, new_client=None)
-    )
-    return specs, outcomes
 
 
 def shown(value) -> str:
@@ -465,19 +460,6 @@ def shown(value) -> str:
 
 def by_kind(outcomes, kind: str) -> list[ItemOutcome]:
     return [o for o in outcomes if o.metrics["kind"] == kind]
-
-
-class Faulty:
-    """The real service with one fault, as the battery would see it."""
-
-    def __init__(self, inner):
-        self.inner, self.target = inner, inner.target
-
-    def request(self, method, path, *, body=None, headers=None):
-        return self.inner.request(method, path, body=body, headers=headers)
-
-    def close(self):
-        self.inner.close()
 
 
 def _chain_for(transport, path, headers):

@@ -17,10 +17,8 @@ from django.core.management import CommandError, call_command
 from django.utils.dateparse import parse_datetime
 
 from battery.models import BatteryRun
-from battery.registry import ItemFailure, ItemOutcome, Suite, suites_select
-from battery.runner import suite_execute
+from battery.registry import ItemFailure, ItemOutcome, suites_select
 from battery.scoring import score_run, suite_result
-from battery.services import throwaway_client_create
 from battery.suites import working_state
 from battery.suites.working_state import draw
 from battery.suites.working_state.draw import CRITICAL, STALE_KINDS, T0, T1
@@ -33,6 +31,7 @@ from battery.suites.working_state.judge import (
     summarize,
 )
 from battery.taxonomy import FailureCode as F
+from battery.tests.helpers import Faulty, run_suite_small
 from battery.transport import InProcessTransport
 
 NONE = dict.fromkeys(draw.COUNTS, 0)
@@ -324,43 +323,18 @@ def test_one_field_or_one_handover_fewer_fails_and_low_retention_caps_the_total_
 # ------------------------------------------------------------- against the real service
 
 
-def run_small(transport, *, seed: int = 11, **counts: int) -> tuple[list, list]:
+def run_small(transport, *, seed: int = 11, **counts: int) -> tuple[list, list[ItemOutcome]]:
     """Suite A's items for `counts`, through suite_execute against `transport`."""
-    suite = Suite(code="ZA", name="Suite A, small", description="test", weight=0)
-    suite.generated(
-        "working_state",
-        generate=lambda rng: draw.generate(rng, {**NONE, **counts}),
-        prepare=working_state.prepare,
-        check=working_state.check,
+    return run_suite_small(
+        transport,
+        code="A",
+        module=working_state,
+        draw=draw,
+        none=NONE,
+        seed=seed,
+        counts=counts,
+        successors=True,
     )
-    run = BatteryRun.objects.create(seed=seed, suites=["ZA"], target=transport.target)
-    clients = []
-
-    def new_client():
-        clients.append(
-            throwaway_client_create(run=run, transport=transport, number=len(clients) + 1)
-        )
-        return clients[-1]
-
-    primary = new_client()
-    specs = suite.specs(suite.generators[0], seed=seed)
-    outcomes = list(
-        suite_execute(suite=suite, seed=seed, run_id=run.pk, client=primary, new_client=new_client)
-    )
-    return specs, outcomes
-
-
-class Faulty:
-    """The real service with one fault, as the battery would see it."""
-
-    def __init__(self, inner):
-        self.inner, self.target = inner, inner.target
-
-    def request(self, method, path, *, body=None, headers=None):
-        return self.inner.request(method, path, body=body, headers=headers)
-
-    def close(self):
-        self.inner.close()
 
 
 RESUME = re.compile(r"^/api/v1/threads/([0-9a-f-]{36})/resume$")
