@@ -825,7 +825,6 @@ def run_resume(args, population: Population) -> dict:
     from django.db import connection
 
     from intentions.models import Intention
-    from intentions.selectors import with_dependencies
     from intentions.serializers import ResumeOutputSerializer as Out
     from intentions.services.state import thread_resume
     from piper.tenancy.services import api_key_create
@@ -862,27 +861,22 @@ def run_resume(args, population: Population) -> dict:
     for _ in range(min(args.samples, 100)):
         package = resume()
         t0 = time.perf_counter()
-        package.intentions = with_dependencies(package.intentions)
         body = JSONRenderer().render(Out(package).data)
         serialise.append(time.perf_counter() - t0)
-    say(
-        f"  + dependencies prefetch, serialise and render ({len(body):,} bytes): "
-        f"{summary(serialise)}"
-    )
+    say(f"  + serialise and render ({len(body):,} bytes): {summary(serialise)}")
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(20):
             package = resume()
-            package.intentions = with_dependencies(package.intentions)
             JSONRenderer().render(Out(package).data)
         profiler.disable()
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(20)
         say(out.getvalue())
 
-    # PROPOSED (1): no full garbage collections over the long-lived heap (gc.freeze()
-    # once the app is loaded). PROPOSED (2): the intentions list built by PostgreSQL.
+    # PROPOSED: no full garbage collections over the long-lived heap (gc.freeze()
+    # once the app is loaded).
     import gc
 
     gc.collect()
@@ -894,19 +888,6 @@ def run_resume(args, population: Population) -> dict:
         frozen.append(time.perf_counter() - t0)
     gc.unfreeze()
     say(f"PROPOSED thread_resume in-process after gc.freeze(): {summary(frozen)}")
-    in_sql = []
-    with connection.cursor() as cursor:
-        for _ in range(args.samples):
-            t0 = time.perf_counter()
-            cursor.execute(RESUME_JSON_SQL, [thread.pk])
-            text = cursor.fetchone()[0]
-            in_sql.append(time.perf_counter() - t0)
-    assert len(json.loads(text)) == BIG_THREAD_SIZE
-    say(
-        f"PROPOSED the 1,000 intentions as JSON built by PostgreSQL ({len(text):,} bytes): "
-        f"{summary(in_sql)}"
-    )
-
     _, key = api_key_create(
         agent=agent, name="bench-resume", scopes=["read", "write"], rate_per_minute=10_000_000
     )
@@ -922,35 +903,10 @@ def run_resume(args, population: Population) -> dict:
         "in_process": summary(in_process),
         "in_process_load": in_process_load,
         "frozen": summary(frozen),
-        "sql": summary(in_sql),
         "http": http,
         "statements": counter.count,
         "serialise": summary(serialise),
     }
-
-
-# Field for field what IntentionOutputSerializer returns, in _open_intentions' order.
-RESUME_JSON_SQL = """
-SELECT coalesce(json_agg(json_build_object(
-    'id', i.id, 'description', i.description, 'priority', i.priority, 'status', i.status,
-    'trigger_type', i.trigger_type, 'trigger_spec', i.trigger_spec, 'thread', i.thread_id,
-    'not_before', i.not_before, 'due_at', i.due_at, 'rrule', i.rrule,
-    'expires_at', i.expires_at, 'occurrence', i.occurrence,
-    'last_fired_at', i.last_fired_at, 'last_rehearsed_at', i.last_rehearsed_at,
-    'dependencies', coalesce((SELECT json_agg(d.depends_on_id ORDER BY d.id)
-                              FROM intentions_intentiondependency d
-                              WHERE d.intention_id = i.id), '[]'::json),
-    'required_context', i.required_context, 'completion_criteria', i.completion_criteria,
-    'completion_evidence', i.completion_evidence, 'retry_policy', i.retry_policy,
-    'escalation_policy', i.escalation_policy, 'source_session', i.source_session,
-    'inherited_by', i.inherited_by, 'source_event_id', i.source_event_id,
-    'created_at', i.created_at, 'updated_at', i.updated_at)
-  ORDER BY CASE WHEN i.status = 'due' THEN 0 WHEN i.status = 'executing' THEN 1
-                WHEN i.due_at <= now() THEN 2 ELSE 3 END,
-           i.due_at, i.priority DESC, i.created_at), '[]'::json)::text
-FROM intentions_intention i
-WHERE i.thread_id = %s AND i.status IN ('due', 'executing', 'active', 'blocked')
-"""
 
 
 @contextlib.contextmanager

@@ -244,7 +244,6 @@ class ThreadResumeApi(APIView):
                 package,
                 checkpoint=package.checkpoint
                 or selectors.working_state_get(thread=package.thread, version=0),
-                intentions=selectors.with_dependencies(package.intentions),
             )
             return Response(ResumeOutputSerializer(package).data)
 

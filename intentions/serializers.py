@@ -633,7 +633,7 @@ class ResumeOutputSerializer(serializers.Serializer):
     def to_representation(self, package) -> dict:
         return {
             "checkpoint": _STATE.to_representation(package.checkpoint),
-            "intentions": [_INTENTION.to_representation(i) for i in package.intentions],
+            "intentions": package.intentions,  # already in IntentionOutputSerializer's shape
             "recheck": list(package.recheck),
             "failed_branches": list(package.failed_branches),
             "pending": [_PENDING.to_representation(p) for p in package.pending],

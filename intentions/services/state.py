@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Case, IntegerField, Q, Value, When
 from django.utils.dateparse import parse_datetime
 
 from ledger.services import event_append, json_storage_error
@@ -32,6 +31,7 @@ from ..models import (
     Thread,
     WorkingState,
 )
+from ..selectors import open_intentions_rendered
 
 TEXT = "text"
 TEXT_LIST = "list of text"
@@ -280,7 +280,8 @@ class ResumePackage:
     thread: Thread
     handover: Handover | None
     checkpoint: WorkingState | None
-    intentions: list[Intention]
+    # As the API shows them (selectors.open_intentions_rendered): rendered by PostgreSQL.
+    intentions: list[dict]
     recheck: list[dict]
     failed_branches: list[dict]
     pending: list[PendingItem]
@@ -327,7 +328,7 @@ def thread_resume(*, agent: Agent, thread: Thread, session_id: str) -> ResumePac
         thread=locked,
         handover=handover,
         checkpoint=checkpoint,
-        intentions=list(_open_intentions(locked, now)),
+        intentions=open_intentions_rendered(thread=locked, now=now),
         recheck=_to_recheck(state, now),
         failed_branches=list(state.get("failed_branches") or []),
         pending=list(
@@ -336,28 +337,6 @@ def thread_resume(*, agent: Agent, thread: Thread, session_id: str) -> ResumePac
             )
         ),
         now=now,
-    )
-
-
-def _open_intentions(thread: Thread, now: datetime):
-    """Due first, then overdue, then by due time and priority."""
-    open_statuses = [
-        IntentionStatus.DUE,
-        IntentionStatus.EXECUTING,
-        IntentionStatus.ACTIVE,
-        IntentionStatus.BLOCKED,
-    ]
-    urgency = Case(
-        When(status=IntentionStatus.DUE, then=Value(0)),
-        When(status=IntentionStatus.EXECUTING, then=Value(1)),
-        When(Q(due_at__lte=now), then=Value(2)),
-        default=Value(3),
-        output_field=IntegerField(),
-    )
-    return (
-        Intention.objects.filter(thread=thread, status__in=open_statuses)
-        .annotate(urgency=urgency)
-        .order_by("urgency", "due_at", "-priority", "created_at")
     )
 
 

@@ -612,15 +612,9 @@ class TestResumePackage:
         assert package.now == T0
         assert package.checkpoint.version == 2
         assert package.checkpoint.state == checkpoint_state()
-        assert [i.pk for i in package.intentions] == [
-            due.pk,
-            executing.pk,
-            overdue.pk,
-            sooner.pk,
-            later.pk,
-            manual_high.pk,
-            manual_low.pk,
-            blocked.pk,
+        assert [i["id"] for i in package.intentions] == [
+            str(x.pk)
+            for x in (due, executing, overdue, sooner, later, manual_high, manual_low, blocked)
         ]
         assert package.recheck == [
             {
