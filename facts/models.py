@@ -10,7 +10,8 @@ in valid time impossible, whatever the code does.
 
 Every row is a projection of ledger events (`facts/projection.py` applies
 them); `rebuild_projection facts` drops these tables' rows and replays the
-ledger to the same state.
+ledger to the same state. FactText, the words a plain question finds a fact
+by, is an index derived from that projection after commit (`facts/search.py`).
 """
 
 from django.contrib.postgres.constraints import ExclusionConstraint
@@ -21,11 +22,15 @@ from django.contrib.postgres.fields import (
     RangeOperators,
 )
 from django.contrib.postgres.indexes import GinIndex, OpClass
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import F, Func, Q
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Lower
+from pgvector.django import HnswIndex, VectorField
 
 from ledger.models import Event
+from piper.ids import uuid7
 from piper.provenance import Authority
 from piper.tenancy.models import Agent
 
@@ -329,3 +334,69 @@ class AuthorityPolicy(models.Model):
 
     def __str__(self) -> str:
         return " > ".join(self.order)
+
+
+# Text search over facts uses the same configuration as episodes (episodes.models).
+FACT_TEXT_SEARCH_CONFIG = "english"
+FACT_TEXT_TSVECTOR_SQL = "to_tsvector('english'::regconfig, coalesce(text, ''))"
+FACT_TEXT_EMBEDDING_DIM = 384  # == settings.PIPER_EMBEDDING_DIM (checked by the embedder)
+
+
+class FactText(models.Model):
+    """One (subject, predicate) rendered as words, so a plain question can find it.
+
+    "deployment window — team platform: Tuesdays 14:00". A search index, not a
+    source of truth: similarity over this text only *proposes* (subject,
+    predicate) pairs, and the facts selectors decide which value is current.
+    Rendered after commit from fact events (`facts/search.py`, task
+    `facts.index_fact_texts`); the text holds the values believed and valid
+    when it was rendered, and the embedding is recomputed whenever the text
+    changes. The rebuild re-renders every pair it replays.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    subject = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="+")
+    predicate = models.ForeignKey(Predicate, on_delete=models.CASCADE, related_name="+")
+    text = models.TextField(help_text="Predicate, subject (with its names) and current values.")
+    search_vector = models.GeneratedField(
+        expression=RawSQL(FACT_TEXT_TSVECTOR_SQL, ()),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    embedding = VectorField(dimensions=FACT_TEXT_EMBEDDING_DIM, null=True, blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True, default="")
+    embedded_at = models.DateTimeField(null=True, blank=True)
+    rendered_at = models.DateTimeField(help_text="When the text was last rendered.")
+
+    class Meta:
+        ordering = ["agent", "subject", "predicate"]
+        verbose_name = "fact text"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "subject", "predicate"], name="facts_facttext_pair_uniq"
+            ),
+            models.CheckConstraint(
+                condition=Q(embedding__isnull=True) | ~Q(embedding_model=""),
+                name="facts_facttext_embedding_has_model",
+            ),
+        ]
+        indexes = [
+            GinIndex(fields=["search_vector"], name="facts_facttext_search_gin"),
+            HnswIndex(
+                name="facts_facttext_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            # The embed task's backlog.
+            models.Index(
+                fields=["agent", "id"],
+                name="facts_facttext_unembedded_idx",
+                condition=Q(embedding__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.text[:80]

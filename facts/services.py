@@ -786,11 +786,19 @@ def contest_resolve(
 
 def rebuild_projection(*, agent: Agent | None = None) -> int:
     """Drop the facts projection (one agent's, or all) and replay the ledger in
-    chain order. Returns the number of events applied."""
+    chain order, then re-render the fact texts. Returns the number of events applied."""
     events = Event.objects.filter(event_type__in=list(p.HANDLERS)).order_by("agent_id", "seq")
     if agent is not None:
         events = events.filter(agent=agent)
     with transaction.atomic():
-        return p.rebuild(
+        applied = p.rebuild(
             events=events.iterator(chunk_size=2000), agent_id=agent.pk if agent else None
         )
+        # The fact texts are kept (same pair ids after a replay) and re-rendered;
+        # only a text that changed loses its embedding (queued after commit).
+        from .search import fact_texts_refresh
+
+        agents = [agent.pk] if agent else Agent.objects.order_by("pk").values_list("pk", flat=True)
+        for agent_id in agents:
+            fact_texts_refresh(agent_id=agent_id)
+        return applied
