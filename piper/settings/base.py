@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "episodes",
     "skills",
     "intentions",
+    "piper.recall",
     "battery",
 ]
 
@@ -146,6 +147,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Choice sets that share a field name with another app's get a name of their own.
+    "ENUM_NAME_OVERRIDES": {
+        "EpisodeOutcomeEnum": "episodes.models.Outcome",
+    },
 }
 
 # -------------------------------------------------------------------------- Celery
@@ -201,6 +206,12 @@ SKILLS_MAX_WAIT_SECONDS = env_int("SKILLS_MAX_WAIT_SECONDS", 10)
 
 PIPER_EMBEDDER = os.environ.get("PIPER_EMBEDDER", "piper.embeddings.MiniLMEmbedder")
 PIPER_EMBEDDING_DIM = 384
+
+# -------------------------------------------------------------------------- recall
+
+# A fact text (facts/search.py) without a word in common with the question is
+# proposed only at this cosine similarity or more.
+PIPER_FACT_TEXT_MIN_SIMILARITY = env_float("PIPER_FACT_TEXT_MIN_SIMILARITY", 0.45)
 
 LOGGING = {
     "version": 1,
