@@ -1,7 +1,7 @@
 """LoCoMo evidence retrieval: a research harness for ranking signals (issue 6).
 
     .venv/bin/python bench/locomo_explore.py [--data ../shared/data/locomo/locomo10.json]
-        [--only NAME[,NAME…]] [--list]
+        [--only REGEX] [--list]
 
 Loads locomo10.json, normalises its evidence ids (battery.locomo does the same
 for the product), and measures evidence recall@5/@10 — the fraction of a
@@ -272,7 +272,7 @@ def evaluate(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--only", default="")
+    parser.add_argument("--only", default="", help="a regular expression on recipe names")
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args()
 
@@ -288,7 +288,7 @@ def main() -> None:
     if args.list:
         print("\n".join(recipes))
         return
-    chosen = [r for r in recipes if not args.only or r in args.only.split(",")]
+    chosen = [r for r in recipes if not args.only or re.search(args.only, r)]
     header = (
         f"| {'recipe':<44} | R@5 | R@10 | "
         + " | ".join(f"{CATEGORIES[c][:5]} @10" for c in CATEGORIES)
@@ -306,6 +306,27 @@ def main() -> None:
 
 
 # --------------------------------------------------------------------------- recipes
+
+_POSSESSIVE = re.compile(r"['’]s\b")
+
+
+def speakers_named(conv: Conversation, question: str) -> list[str]:
+    """The conversation's speakers the question names (first names, whole words)."""
+    out = []
+    for name in conv.speakers:
+        first = name.split()[0]
+        if re.search(rf"\b{re.escape(first)}\b", question, re.IGNORECASE):
+            out.append(name)
+    return out
+
+
+def strip_speakers(conv: Conversation, question: str) -> str:
+    text = question
+    for name in conv.speakers:
+        first = name.split()[0]
+        text = re.sub(rf"\b{re.escape(first)}(['’]s)?\b", " ", text, flags=re.IGNORECASE)
+    text = re.sub(r"\s+", " ", text).strip()
+    return text or question
 
 
 class Context:
@@ -326,6 +347,10 @@ class Context:
             cap = f" [shares {t.caption}]" if t.caption else ""
             if style == "ref":
                 return f"[{t.date_text}] {t.speaker}: {t.text}"
+            if style == "text":
+                return t.text
+            if style == "text+cap":
+                return f"{t.text}{cap}"
             if style == "plain":
                 return f"{t.speaker}: {t.text}"
             if style == "plain+cap":
@@ -338,17 +363,73 @@ class Context:
             ("texts", style), lambda: [[render(t) for t in c.turns] for c in self.convs]
         )
 
-    def turn_emb(self, style: str) -> list[np.ndarray]:
+    def window_texts(self, style: str, before: int, after: int) -> list[list[str]]:
+        """Each turn's text with up to `before`/`after` neighbours of its session."""
+
         def build():
-            texts = self.turn_texts(style)
-            flat = embed([t for conv in texts for t in conv])
-            out, i = [], 0
-            for conv in texts:
-                out.append(flat[i : i + len(conv)])
-                i += len(conv)
+            base = self.turn_texts(style)
+            out = []
+            for conv, texts in zip(self.convs, base, strict=True):
+                rows = []
+                for t in conv.turns:
+                    sess = conv.sessions[t.session]
+                    lo, hi = max(0, t.turn - before), min(len(sess), t.turn + after + 1)
+                    rows.append(" ".join(texts[j] for j in sess[lo:hi]))
+                out.append(rows)
             return out
 
-        return self.memo(("emb", style), build)
+        return self.memo(("win", style, before, after), build)
+
+    def _embed_nested(self, nested: list[list[str]]) -> list[np.ndarray]:
+        flat = embed([t for conv in nested for t in conv])
+        out, i = [], 0
+        for conv in nested:
+            out.append(flat[i : i + len(conv)])
+            i += len(conv)
+        return out
+
+    def turn_emb(self, style: str) -> list[np.ndarray]:
+        return self.memo(("emb", style), lambda: self._embed_nested(self.turn_texts(style)))
+
+    def window_emb(self, style: str, before: int, after: int) -> list[np.ndarray]:
+        return self.memo(
+            ("wemb", style, before, after),
+            lambda: self._embed_nested(self.window_texts(style, before, after)),
+        )
+
+    def smoothed_emb(self, style: str, w: float, radius: int = 1) -> list[np.ndarray]:
+        """Each turn's vector plus w x its session neighbours' (within radius), renormalised."""
+
+        def build():
+            out = []
+            for conv, e in zip(self.convs, self.turn_emb(style), strict=True):
+                s = e.copy()
+                for t in conv.turns:
+                    sess = conv.sessions[t.session]
+                    for d in range(1, radius + 1):
+                        for j in (t.turn - d, t.turn + d):
+                            if 0 <= j < len(sess):
+                                s[t.index] += (w / d) * e[sess[j]]
+                s /= np.linalg.norm(s, axis=1, keepdims=True)
+                out.append(s)
+            return out
+
+        return self.memo(("semb", style, w, radius), build)
+
+    def session_emb(self, style: str) -> list[dict[int, np.ndarray]]:
+        """Mean of a session's turn vectors, renormalised."""
+
+        def build():
+            out = []
+            for conv, e in zip(self.convs, self.turn_emb(style), strict=True):
+                d = {}
+                for s, idx in conv.sessions.items():
+                    v = e[idx].mean(axis=0)
+                    d[s] = v / np.linalg.norm(v)
+                out.append(d)
+            return out
+
+        return self.memo(("sessemb", style), build)
 
     def question_emb(self, variant: str = "raw") -> np.ndarray:
         return self.memo(
@@ -359,44 +440,149 @@ class Context:
     def question_text(self, q: Question, variant: str) -> str:
         if variant == "raw":
             return q.question
+        if variant == "nonames":
+            return strip_speakers(self.convs[q.conv], q.question)
         raise ValueError(variant)
 
-    def bm25(self, style: str, tokens: str) -> list[BM25]:
+    def bm25(self, style: str, tokens: str, k1=1.5, b=0.75) -> list[BM25]:
         def build():
             out = []
             for conv in self.turn_texts(style):
                 docs = [word_tokens(t) for t in conv] if tokens == "word" else pg_lexemes(conv)
-                out.append(BM25(docs))
+                out.append(BM25(docs, k1=k1, b=b))
             return out
 
-        return self.memo(("bm25", style, tokens), build)
+        return self.memo(("bm25", style, tokens, k1, b), build)
 
-    def q_tokens(self, tokens: str) -> list[Counter]:
+    def bm25_window(self, style: str, before: int, after: int) -> list[BM25]:
+        return self.memo(
+            ("bm25w", style, before, after),
+            lambda: [BM25(pg_lexemes(c)) for c in self.window_texts(style, before, after)],
+        )
+
+    def q_tokens(self, tokens: str, variant: str = "raw") -> list[Counter]:
         def build():
-            texts = [q.question for q in self.questions]
+            texts = [self.question_text(q, variant) for q in self.questions]
             return [word_tokens(t) for t in texts] if tokens == "word" else pg_lexemes(texts)
 
-        return self.memo(("qtok", tokens), build)
+        return self.memo(("qtok", tokens, variant), build)
+
+    def speaker_mask(self, conv_i: int, names: list[str]) -> np.ndarray:
+        conv = self.convs[conv_i]
+        return np.array([t.speaker in names for t in conv.turns], dtype=np.float64)
+
+
+def propagate(conv: Conversation, scores: np.ndarray, a: float, radius: int = 1) -> np.ndarray:
+    """A turn gains a x the best score of its session neighbours (within radius)."""
+    out = scores.copy()
+    for idx in conv.sessions.values():
+        s = scores[idx]
+        best = np.full(len(idx), -np.inf)
+        for d in range(1, radius + 1):
+            best[d:] = np.maximum(best[d:], s[:-d] / d if d > 1 else s[:-d])
+            best[:-d] = np.maximum(best[:-d], s[d:] / d if d > 1 else s[d:])
+        best[np.isinf(best)] = 0
+        out[idx] = s + a * best
+    return out
+
+
+def session_boost(conv: Conversation, scores: np.ndarray, beta: float, how: str = "max"):
+    """A turn gains beta x its session's aggregate score."""
+    out = scores.copy()
+    for idx in conv.sessions.values():
+        s = scores[idx]
+        agg = s.max() if how == "max" else np.sort(s)[-3:].mean()
+        out[idx] = s + beta * agg
+    return out
+
+
+def minmax(x: np.ndarray) -> np.ndarray:
+    lo, hi = x.min(), x.max()
+    return (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
 
 
 def build_recipes(ctx: Context) -> dict[str, Callable]:
     R: dict[str, Callable] = {}
 
-    def bm25_scores(style, tokens):
-        idx, qt = ctx.bm25(style, tokens), ctx.q_tokens(tokens)
-        return lambda conv, qi, q: idx[q.conv].scores(qt[qi])
-
-    def dense_scores(style, qvariant="raw"):
+    def bm25(style="ref", tokens="word", qvariant="raw", k1=1.5, b=0.75):
         def f(conv, qi, q):
-            return ctx.turn_emb(style)[q.conv] @ ctx.question_emb(qvariant)[qi]
+            return ctx.bm25(style, tokens, k1, b)[q.conv].scores(ctx.q_tokens(tokens, qvariant)[qi])
 
         return f
 
-    R["ref: bm25 word tokens"] = bm25_scores("ref", "word")
-    R["ref: dense MiniLM"] = dense_scores("ref")
-    R["ref: rrf(bm25, dense) k=60"] = lambda c, qi, q: rrf(
-        [bm25_scores("ref", "word")(c, qi, q), dense_scores("ref")(c, qi, q)]
-    )
+    def dense(style="ref", qvariant="raw", smooth=0.0, radius=1, window=None):
+        def f(conv, qi, q):
+            if window:
+                e = ctx.window_emb(style, *window)
+            elif smooth:
+                e = ctx.smoothed_emb(style, smooth, radius)
+            else:
+                e = ctx.turn_emb(style)
+            return e[q.conv] @ ctx.question_emb(qvariant)[qi]
+
+        return f
+
+    def fuse(*fns, weights=None, k=60):
+        return lambda c, qi, q: rrf([fn(c, qi, q) for fn in fns], weights, k)
+
+    def linear(*pairs):
+        return lambda c, qi, q: sum(w * minmax(fn(c, qi, q)) for fn, w in pairs)
+
+    def prop(fn, a, radius=1):
+        return lambda c, qi, q: propagate(c, fn(c, qi, q), a, radius)
+
+    def speaker(fn, boost, mode="add"):
+        def f(c, qi, q):
+            s = fn(c, qi, q)
+            names = speakers_named(c, q.question)
+            if not names or len(names) == len(c.speakers):
+                return s
+            m = ctx.speaker_mask(q.conv, names)
+            if mode == "add":
+                return s + boost * m * (s.max() - s.min())
+            return s * (1 + boost * m)
+
+        return f
+
+    # ---- reference (README): reproduced exactly
+    R["ref: bm25 word tokens"] = bm25()
+    R["ref: dense MiniLM"] = dense()
+    R["ref: rrf(bm25, dense) k=60"] = fuse(bm25(), dense())
+
+    # ---- text processing
+    R["bm25 pg-english lexemes"] = bm25(tokens="pg")
+    R["bm25 pg, text+caption"] = bm25("ref+cap", "pg")
+    R["bm25 pg, speaker: text+caption"] = bm25("plain+cap", "pg")
+    R["bm25 pg, text+caption (no speaker, date)"] = bm25("text+cap", "pg")
+    R["dense speaker: text+caption"] = dense("plain+cap")
+    R["dense speaker: text+caption, names stripped"] = dense("plain+cap", "nonames")
+    R["rrf(bm25 pg cap, dense cap)"] = fuse(bm25("ref+cap", "pg"), dense("plain+cap"))
+
+    # ---- neighbours
+    for w in (0.3, 0.5, 1.0):
+        R[f"dense cap, neighbours smoothed w={w}"] = dense("plain+cap", smooth=w)
+    for a in (0.3, 0.5):
+        R[f"bm25 pg cap, propagate a={a}"] = prop(bm25("ref+cap", "pg"), a)
+
+    # ---- round 2
+    B = bm25("ref+cap", "pg")
+    for k1, b in ((1.2, 0.75), (1.5, 0.5), (1.5, 0.3), (2.0, 0.5)):
+        R[f"bm25 pg cap k1={k1} b={b}"] = bm25("ref+cap", "pg", k1=k1, b=b)
+    R["bm25 pg text+cap b=0.3"] = bm25("text+cap", "pg", b=0.3)
+    for a in (0.7, 1.0):
+        R[f"bm25 pg cap, propagate a={a}"] = prop(B, a)
+    R["bm25 pg cap, propagate a=0.5 r=2"] = prop(B, 0.5, 2)
+    R["bm25 pg cap, names stripped"] = bm25("ref+cap", "pg", "nonames")
+    Dn = dense("plain+cap", "nonames")
+    for a in (0.3, 0.5, 0.7):
+        R[f"dense nonames, propagate a={a}"] = prop(Dn, a)
+    R["dense text+cap, nonames"] = dense("text+cap", "nonames")
+    R["rrf(bm25 pg cap, dense nonames)"] = fuse(B, Dn)
+    R["rrf(prop bm25 .5, prop dense .5)"] = fuse(prop(B, 0.5), prop(Dn, 0.5))
+    R["prop .5 of rrf(bm25, dense nonames)"] = prop(fuse(B, Dn), 0.5)
+    R["linear(bm25 .5, dense .5) prop .5"] = prop(linear((B, 0.5), (Dn, 0.5)), 0.5)
+    R["speaker add .2 on prop bm25"] = speaker(prop(B, 0.5), 0.2)
+    R["speaker mul .3 on prop bm25"] = speaker(prop(B, 0.5), 0.3, "mul")
     return R
 
 
