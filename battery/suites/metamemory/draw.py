@@ -1,0 +1,540 @@
+"""Suite G's seeded draw: what the agent is told, and what it then asks.
+
+Pure: a function of the random.Random it is given and nothing else, so the
+same seed draws the same items.
+
+G1 "do I need to look?" — one fact question each, asked on the current-fact
+route:
+* `stable`: the value is stored and can be trusted: its predicate has no
+  volatility, or one far longer than the value's age. Answer it, no re-check.
+* `stale`: the value is stored, but older than its predicate's volatility
+  (a few seconds: prepare waits them out). Answer it, flagged for re-check.
+* `unknowable`: nothing is stored about it — a subject never mentioned, or a
+  subject the agent knows whose predicate it was never told. Abstain.
+
+G2 route accuracy — one question per memory type, asked with route auto,
+each about something of that type the item stored: a current fact, an
+episode (what happened), a skill (how to), an intention (what am I supposed
+to do), a document (what did source X say) and a chain of relations
+(multi-hop). The route chosen must be the type's; the thing stored must
+come back from it (as evidence, or as a near miss).
+
+An item's `data`:
+* `facts`: claims for `POST /facts`, each with a `ref`; `predicates`: the
+  volatility to define first (`PUT /predicates/{name}`), shared by the run.
+* G2 also `episode`, `skill`, `intention` or `source`, what it stores.
+* `question`: its text, route, and what it `expects`.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ...registry import ItemSpec
+from ...taxonomy import FailureCode as F
+from ..episodic.draw import ACTIONS, INCIDENTS, PEOPLE, SYSTEMS, iso
+
+COUNTS = {"g1": 48, "g2": 60}
+ACTOR = "battery-reference-agent"
+VALID_FROM = datetime(2024, 1, 1, tzinfo=UTC)  # every fact holds from then on
+EPISODE_AT = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # G2's episodes happened around then
+
+STALE_SECONDS = 2  # the volatility of the predicates whose values go stale in the run
+FRESH_SECONDS = 30 * 86400  # volatile, but far longer than the run
+
+G1_KINDS = ("stable", "stale", "unknowable")
+G1_METRICS = ("abstain", "value", "staleness")
+ROUTES = ("current_fact", "what_happened", "how_to", "what_to_do", "source", "multi_hop")
+G2_METRICS = ("route", "store")
+
+CODENAMES = (
+    "Vela",
+    "Lyra",
+    "Orion",
+    "Atlas",
+    "Helix",
+    "Nimbus",
+    "Quarry",
+    "Juniper",
+    "Cobalt",
+    "Meridian",
+    "Halcyon",
+    "Tessera",
+    "Vireo",
+    "Kestrel",
+    "Osprey",
+    "Heron",
+    "Falcon",
+    "Marlin",
+    "Puffin",
+    "Condor",
+    "Ibis",
+    "Tern",
+    "Plover",
+    "Wren",
+    "Finch",
+    "Lark",
+    "Petrel",
+    "Egret",
+    "Crane",
+    "Robin",
+    "Sparrow",
+    "Magpie",
+    "Starling",
+    "Dipper",
+    "Avocet",
+    "Gannet",
+    "Curlew",
+    "Merlin",
+    "Bittern",
+    "Shrike",
+)
+NOUNS = ("service", "cluster", "pipeline", "portal", "gateway", "warehouse")
+
+TEAMS = ("Platform", "Payments", "Growth", "Data", "Identity", "Search", "Mobile", "Infra")
+REGIONS = ("eu-central-1", "us-east-2", "ap-southeast-1", "eu-west-3", "sa-east-1", "us-west-1")
+ENGINES = ("PostgreSQL 17", "MySQL 8.4", "CockroachDB 24", "MariaDB 11", "SQL Server 2022")
+WINDOWS = (
+    "Tuesdays 14:00-16:00 UTC",
+    "Thursdays 09:00-11:00 UTC",
+    "weekdays 06:00-07:00 UTC",
+    "Saturdays 22:00-23:00 UTC",
+    "Mondays 13:00-15:00 UTC",
+)
+HEALTH = ("healthy", "degraded", "read-only", "draining", "in maintenance")
+
+# name, question about "{subject}", values, volatility class
+PREDICATES: dict[str, dict[str, Any]] = {
+    "owning_team": {
+        "question": "Which team owns the {subject}?",
+        "values": TEAMS,
+        "volatility": None,
+    },
+    "primary_region": {
+        "question": "Which cloud region is the {subject} hosted in?",
+        "values": REGIONS,
+        "volatility": None,
+    },
+    "database_engine": {
+        "question": "Which database engine does the {subject} use?",
+        "values": ENGINES,
+        "volatility": None,
+    },
+    "release_manager": {
+        "question": "Who is the release manager of the {subject}?",
+        "values": PEOPLE,
+        "volatility": "fresh",
+    },
+    "deployment_window": {
+        "question": "When is the deployment window of the {subject}?",
+        "values": WINDOWS,
+        "volatility": "fresh",
+    },
+    "on_call_engineer": {
+        "question": "Who is the on-call engineer for the {subject}?",
+        "values": PEOPLE,
+        "volatility": "stale",
+    },
+    "health_status": {
+        "question": "What is the health status of the {subject}?",
+        "values": HEALTH,
+        "volatility": "stale",
+    },
+    "replica_count": {
+        "question": "How many replicas does the {subject} run?",
+        "values": (2, 3, 4, 6, 8, 12),
+        "volatility": "stale",
+    },
+}
+VOLATILITY_SECONDS = {None: None, "fresh": FRESH_SECONDS, "stale": STALE_SECONDS}
+
+
+def predicates_of(volatility: str | None) -> list[str]:
+    return [name for name, p in PREDICATES.items() if p["volatility"] == volatility]
+
+
+# G2: natural questions of each type, several ways of putting it.
+CURRENT_QUESTIONS = {
+    "owning_team": (
+        "Which team owns the {subject} now?",
+        "Who is responsible for the {subject} these days?",
+        "What team currently owns the {subject}?",
+    ),
+    "primary_region": (
+        "Which region does the {subject} run in now?",
+        "Where is the {subject} hosted at the moment?",
+        "What is the current region of the {subject}?",
+    ),
+    "database_engine": (
+        "Which database does the {subject} use now?",
+        "What database engine is the {subject} on at the moment?",
+        "Is the {subject} still on the same database engine?",
+    ),
+}
+HOW_TO_TASKS = (
+    ("rotate the API credentials of the {system}", "credentials rotation"),
+    ("restore the {system} from a backup", "backup restore"),
+    ("add a read replica to the {system}", "read replica"),
+    ("renew the TLS certificate of the {system}", "certificate renewal"),
+    ("roll back a bad release of the {system}", "release rollback"),
+    ("drain traffic away from the {system}", "traffic drain"),
+    ("purge the cache of the {system}", "cache purge"),
+    ("export the audit trail of the {system}", "audit export"),
+)
+HOW_TO_QUESTIONS = (
+    "How do I {task}?",
+    "What are the steps to {task}?",
+    "Walk me through how to {task}.",
+    "What's the right way to {task}?",
+)
+TODO_THINGS = (
+    "Send {person} the migration plan for the {system}",
+    "Review {person}'s pull request on the {system}",
+    "Book the load test of the {system} with {person}",
+    "Write the postmortem of the {system} outage for {person}",
+    "Renew the support contract of the {system} before {person} leaves",
+    "Call {person} about the {system} budget",
+)
+TODO_QUESTIONS = (
+    "What am I supposed to do about the {system}?",
+    "Did I promise {person} anything about the {system}?",
+    "What's still on my plate for the {system}?",
+    "Remind me what I owe {person}.",
+)
+SOURCE_KINDS = (
+    {
+        "title": "{system} runbook",
+        "topic": "restarts",
+        "sentence": "Before restarting the {system}, drain its connections and wait {n} seconds.",
+        "questions": (
+            "What does the {title} say about restarts?",
+            "According to the {title}, what should happen before a restart?",
+        ),
+    },
+    {
+        "title": "{system} capacity report",
+        "topic": "peak load",
+        "sentence": "At peak the {system} served {n} thousand requests per minute with headroom to spare.",
+        "questions": (
+            "What did the {title} say about peak load?",
+            "According to the {title}, how much traffic did it serve at peak?",
+        ),
+    },
+    {
+        "title": "{system} vendor contract",
+        "topic": "support hours",
+        "sentence": "The vendor answers {system} support tickets within {n} hours, weekdays only.",
+        "questions": (
+            "What does the {title} say about support hours?",
+            "According to the {title}, how fast must the vendor answer?",
+        ),
+    },
+    {
+        "title": "{system} security review",
+        "topic": "encryption",
+        "sentence": "The review found that {system} backups are encrypted with keys rotated every {n} days.",
+        "questions": (
+            "What did the {title} conclude about encryption?",
+            "In the {title}, what was found about the backups?",
+        ),
+    },
+)
+FILLER = (
+    "This document is maintained by the operations group and reviewed every quarter.",
+    "Questions about this document go to the team's chat channel.",
+    "Earlier versions of this document are kept in the archive.",
+    "Terms used here follow the company glossary.",
+)
+FIRST_NAMES = (
+    "Amara",
+    "Bastian",
+    "Celine",
+    "Dario",
+    "Elif",
+    "Fabian",
+    "Greta",
+    "Hamid",
+    "Ines",
+    "Jonas",
+    "Kaito",
+    "Leonie",
+    "Mateo",
+    "Nadia",
+    "Oskar",
+    "Priya",
+)
+LAST_NAMES = (
+    "Albers",
+    "Bianchi",
+    "Castillo",
+    "Dubois",
+    "Eriksen",
+    "Fischer",
+    "Gallo",
+    "Hoffmann",
+    "Ivanova",
+    "Jansen",
+    "Kowalczyk",
+    "Lindgren",
+)
+COMPANIES = (
+    "Northwind Traders",
+    "Blue Harbor Logistics",
+    "Copperleaf Analytics",
+    "Redwood Robotics",
+    "Silverline Foods",
+    "Granite Peak Bank",
+    "Lumen Health",
+    "Tidewater Energy",
+    "Brightforge Studios",
+    "Ironbark Freight",
+)
+CITIES = ("Rotterdam", "Valencia", "Gdansk", "Porto", "Leipzig", "Turin", "Bergen", "Ghent")
+MULTI_HOP_QUESTIONS = (
+    "In which city is the company that {person} works for based?",
+    "Where is {person}'s employer headquartered?",
+    "How is {person} connected to a city?",
+)
+
+
+class Draw:
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        subjects = [f"{c} {n}" for c in CODENAMES for n in NOUNS]
+        rng.shuffle(subjects)
+        self.subjects = subjects
+        self.systems = list(SYSTEMS)
+        rng.shuffle(self.systems)
+        people = [f"{f} {last}" for f in FIRST_NAMES for last in LAST_NAMES]
+        rng.shuffle(people)
+        self.people = people
+        self.incidents = list(range(len(INCIDENTS)))
+        rng.shuffle(self.incidents)
+        self.known: list[tuple[str, list[str]]] = []  # G1 subjects and the predicates told
+
+    def subject(self) -> str:
+        """A subject no other item uses (codename and noun)."""
+        return self.subjects.pop()
+
+    def system(self) -> str:
+        if not self.systems:
+            raise ValueError("suite G: more items than systems")
+        return self.systems.pop()
+
+    def person(self) -> str:
+        return self.people.pop()
+
+
+def _claim(ref: str, subject: str, predicate: str, value: Any, **extra: Any) -> dict[str, Any]:
+    claim = {
+        "subject": subject,
+        "predicate": predicate,
+        "valid_from": iso(VALID_FROM),
+        "source_type": "tool_result",
+        "source_ref": f"battery:g:{ref}",
+        "actor": ACTOR,
+        **extra,
+    }
+    if "object_entity" not in extra:
+        claim["value"] = value
+    return {"ref": ref, "claim": claim}
+
+
+def _spec(kind: str, number: int, title: str, code: F, data: dict[str, Any], **metrics) -> ItemSpec:
+    planned: dict[str, int] = {}
+    for check in data["checks"]:
+        planned[check] = planned.get(check, 0) + 1
+    return ItemSpec(
+        key=f"{kind}_{number:04d}",
+        title=title,
+        default_code=code,
+        data=data,
+        metrics={"kind": kind.upper(), "planned": planned, **metrics},
+    )
+
+
+# ------------------------------------------------------------ G1 do I need to look?
+
+
+def g1_look(draw: Draw, count: int) -> list[ItemSpec]:
+    specs = [_g1_item(draw, number) for number in range(1, count + 1)]
+    return specs
+
+
+def _g1_item(draw: Draw, number: int) -> ItemSpec:
+    rng = draw.rng
+    kind = G1_KINDS[(number - 1) % len(G1_KINDS)]
+    variant = (number - 1) // len(G1_KINDS) % 2  # two ways of each kind, alternating
+    facts: list[dict[str, Any]] = []
+    ref = f"g1_{number:04d}"
+    if kind == "unknowable":
+        if variant == 0 or not draw.known:
+            how = "unknown_subject"
+            subject = draw.subject()  # never told anything
+            predicate = rng.choice(list(PREDICATES))
+        else:
+            how = "unknown_predicate"
+            subject, told = draw.known[rng.randrange(len(draw.known))]
+            predicate = rng.choice([p for p in PREDICATES if p not in told])
+        value = None
+    else:
+        subject = draw.subject()
+        if kind == "stable":
+            how = "no_volatility" if variant == 0 else "fresh"
+            predicate = rng.choice(predicates_of(None if variant == 0 else "fresh"))
+        else:
+            how = "older_than_volatility"
+            predicate = rng.choice(predicates_of("stale"))
+        value = rng.choice(PREDICATES[predicate]["values"])
+        facts.append(_claim(f"{ref}:fact", subject, predicate, value))
+        # Something else the agent knows about it, of another predicate.
+        other = rng.choice(
+            [p for p in PREDICATES if p != predicate and PREDICATES[p]["volatility"] is None]
+        )
+        facts.append(
+            _claim(f"{ref}:other", subject, other, rng.choice(PREDICATES[other]["values"]))
+        )
+        draw.known.append((subject, [predicate, other]))
+    checks = ["abstain"] if kind == "unknowable" else ["abstain", "value", "staleness"]
+    question = {
+        "text": PREDICATES[predicate]["question"].format(subject=subject),
+        "route": "current_fact",
+        "subject": subject,
+        "predicate": predicate,
+        "expects": None if value is None else {"value": value},
+        "needs_recheck": kind == "stale",
+    }
+    data = {"facts": facts, "question": question, "checks": checks}
+    title = f"G1 {kind} ({how.replace('_', ' ')}): {predicate} of a {subject.split()[-1]}"
+    code = {"stable": F.R0, "stale": F.A0, "unknowable": F.R1}[kind]
+    return _spec("g1", number, title, code, data, look=kind, how=how)
+
+
+# ------------------------------------------------------------------- G2 routes
+
+
+def g2_routes(draw: Draw, count: int) -> list[ItemSpec]:
+    return [_g2_item(draw, number) for number in range(1, count + 1)]
+
+
+def _g2_item(draw: Draw, number: int) -> ItemSpec:
+    rng = draw.rng
+    route = ROUTES[(number - 1) % len(ROUTES)]
+    ref = f"g2_{number:04d}"
+    data: dict[str, Any] = {"facts": [], "checks": list(G2_METRICS)}
+    if route == "current_fact":
+        subject = draw.subject()
+        predicate = rng.choice(list(CURRENT_QUESTIONS))
+        value = rng.choice(PREDICATES[predicate]["values"])
+        data["facts"].append(_claim(f"{ref}:fact", subject, predicate, value))
+        text = rng.choice(CURRENT_QUESTIONS[predicate]).format(subject=subject)
+        expects = {"kind": "fact", "ref": f"{ref}:fact", "value": value}
+    elif route == "what_happened":
+        system, actor = draw.system(), rng.choice(PEOPLE)
+        occurred = EPISODE_AT + timedelta(hours=rng.randrange(0, 24 * 30))
+        if rng.random() < 0.5:
+            incident = INCIDENTS[draw.incidents.pop()]
+            texts = {k: incident[k] for k in ("summary", "action", "observation")}
+            entities = list(incident["entities"])
+            text = incident["question"]
+        else:
+            template = rng.choice(ACTIONS)
+            slots = {"actor": actor, "system": system, "env": "prod-eu", "n": 7, "version": "4.2.0"}
+            texts = {k: template[k].format(**slots) for k in ("summary", "action", "observation")}
+            entities = [system]
+            text = template["question"].format(**slots)
+        data["episode"] = {
+            "ref": f"{ref}:episode",
+            "occurred_at": iso(occurred),
+            **texts,
+            "outcome": rng.choice(("success", "failure", "partial")),
+            "actor": actor,
+            "environment": "prod-eu",
+            "session_id": f"{ref}-session",
+            "entities": entities,
+            "source_type": "observation",
+        }
+        expects = {"kind": "episode", "ref": f"{ref}:episode"}
+    elif route == "how_to":
+        system = draw.system()
+        task, keyword = rng.choice(HOW_TO_TASKS)
+        task = task.format(system=system)
+        data["skill"] = {
+            "ref": f"{ref}:skill",
+            "name": f"{keyword.replace(' ', '-')}-{system.replace(' ', '-')}-{number}",
+            "purpose": task[0].upper() + task[1:],
+            "trigger": {"keywords": [*keyword.split(), *system.split()], "min_keywords": 2},
+            "parameter_schema": {
+                "type": "object",
+                "properties": {"target": {"type": "string"}},
+                "required": ["target"],
+            },
+            "procedure": "def run(params, tools):\n    return 'done: ' + params['target']\n",
+            "examples": [{"params": {"target": system}, "expected": f"done: {system}"}],
+        }
+        text = rng.choice(HOW_TO_QUESTIONS).format(task=task)
+        expects = {"kind": "skill", "ref": f"{ref}:skill"}
+    elif route == "what_to_do":
+        system, person = draw.system(), draw.person()
+        description = rng.choice(TODO_THINGS).format(system=system, person=person)
+        data["intention"] = {
+            "ref": f"{ref}:intention",
+            "description": description,
+            "trigger_type": "manual",
+            "source_session": f"{ref}-session",
+        }
+        text = rng.choice(TODO_QUESTIONS).format(system=system, person=person)
+        expects = {"kind": "intention", "ref": f"{ref}:intention"}
+    elif route == "source":
+        system = draw.system()
+        kind = rng.choice(SOURCE_KINDS)
+        title = kind["title"].format(system=system)
+        title = title[0].upper() + title[1:]
+        sentence = kind["sentence"].format(system=system, n=rng.randrange(5, 95))
+        filler = rng.sample(list(FILLER), 3)
+        content = "\n\n".join([f"{title}.", filler[0], sentence, filler[1], filler[2]])
+        data["source"] = {"ref": f"{ref}:source", "title": title, "content": content}
+        text = rng.choice(kind["questions"]).format(title=title)
+        expects = {"kind": "chunk", "ref": f"{ref}:source", "sentence": sentence}
+    else:  # multi_hop
+        person, company, city = draw.person(), COMPANIES[number % len(COMPANIES)], None
+        company = f"{company} {number}"
+        city = rng.choice(CITIES)
+        data["facts"] += [
+            _claim(
+                f"{ref}:works_for",
+                person,
+                "works_for",
+                None,
+                object_entity=company,
+                subject_type="person",
+                object_type="org",
+            ),
+            _claim(
+                f"{ref}:based_in",
+                company,
+                "headquartered_in",
+                None,
+                object_entity=city,
+                subject_type="org",
+                object_type="place",
+            ),
+        ]
+        text = rng.choice(MULTI_HOP_QUESTIONS).format(person=person)
+        expects = {"kind": "path", "refs": [f"{ref}:works_for", f"{ref}:based_in"]}
+    data["question"] = {"text": text, "route": "auto", "expected_route": route, "expects": expects}
+    return _spec("g2", number, f"G2 route: {route.replace('_', ' ')}", F.R0, data, route=route)
+
+
+def generate(rng: random.Random, counts: dict[str, int] | None = None) -> list[ItemSpec]:
+    """Every item of a run, G1 then G2."""
+    counts = {**COUNTS, **(counts or {})}
+    draw = Draw(rng)
+    return [*g1_look(draw, counts["g1"]), *g2_routes(draw, counts["g2"])]
+
+
+def predicate_definitions() -> dict[str, int | None]:
+    """The volatility each predicate the run uses is defined with, by name."""
+    return {name: VOLATILITY_SECONDS[p["volatility"]] for name, p in PREDICATES.items()}

@@ -1,0 +1,142 @@
+"""Suite G's grading: the checks of each question, tallied per item and per suite.
+
+G1, a stored value (stable or stale):
+* `abstain`: the recall answered (refused or abstained: R0);
+* `value`: the first fact is the one stored about what was asked (another
+  fact first: R2 if the right one is further down, R1 if it is missing; no
+  fact at all: R0);
+* `staleness`: that fact's memory_status.needs_recheck says what is true —
+  a stale value not flagged, or no flag at all, is A0 (known, not
+  surfaced); a fresh one flagged is R1.
+G1, an unknowable: `abstain` is right only for an abstention with nothing
+offered (anything else is a false memory, R1).
+
+G2: `route`: the route chosen is the memory type's (else R0: the store that
+holds the answer was never asked); `store`: what the item stored is among the
+evidence or the near misses (else R0).
+
+The suite's metrics count checks, not items: an item that could not ask
+counts every check it planned as wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...registry import ItemOutcome, SuiteSummary, pass_rate
+from ...taxonomy import FailureCode as F
+from ..episodic.api import Answer, Hit
+from ..episodic.judge import judge_abstain
+from ..working_state.judge import CORRECT, Verdict, counted, miss, same, shown
+
+ROUTE_GATE = 0.95
+ABSTENTION_GATE = 0.95
+
+
+def _refused(answer: Answer) -> Verdict | None:
+    if not answer.ok:
+        return miss(F.R0, f"the recall was refused: {answer.response.describe()}")
+    return None
+
+
+def judge_answered(answer: Answer) -> Verdict:
+    if problem := _refused(answer):
+        return problem
+    if answer.abstained is not False:
+        return miss(F.R0, "the recall abstained, but the value is stored")
+    return CORRECT
+
+
+def _facts(answer: Answer) -> list[Hit]:
+    return [hit for hit in answer.evidence if hit.kind == "fact"]
+
+
+def judge_value(answer: Answer, fact_id: str, expected: Any) -> Verdict:
+    if problem := _refused(answer):
+        return problem
+    facts = _facts(answer)
+    if not facts:
+        return miss(F.R0, "no fact among the evidence")
+    first = facts[0]
+    if first.id == fact_id:
+        got = first.obj.get("value")
+        if same(got, expected):
+            return CORRECT
+        return miss(F.R1, f"the stored fact came back as {shown(got)}, not {shown(expected)}")
+    rank = next((i + 1 for i, hit in enumerate(facts) if hit.id == fact_id), None)
+    if rank is not None:
+        return miss(F.R2, f"{first.describe()} came first; the one asked about ranked {rank}")
+    return miss(F.R1, f"{first.describe()} came back instead of the one asked about")
+
+
+def judge_staleness(answer: Answer, fact_id: str, *, stale: bool) -> Verdict:
+    if problem := _refused(answer):
+        return problem
+    hit = next((h for h in _facts(answer) if h.id == fact_id), None)
+    if hit is None:
+        return miss(F.R0, "the stored fact is not among the evidence")
+    flag = hit.memory_status.get("needs_recheck")
+    if not isinstance(flag, bool):
+        return miss(F.A0, "its memory_status does not say whether to re-check it")
+    if flag == stale:
+        return CORRECT
+    if stale:
+        return miss(F.A0, "older than its predicate's volatility, but not flagged for re-check")
+    return miss(F.R1, "flagged for re-check, but it is younger than any volatility it has")
+
+
+def judge_route(answer: Answer, expected: str) -> Verdict:
+    if problem := _refused(answer):
+        return problem
+    chosen = answer.route.get("chosen")
+    if chosen == expected:
+        return CORRECT
+    rule = answer.route.get("rule")
+    return miss(F.R0, f"routed to {chosen!r} (by {rule!r}), not {expected!r}")
+
+
+def judge_store(answer: Answer, found: Callable[[Hit], bool], what: str) -> Verdict:
+    """What the item stored, among the evidence or the near misses."""
+    if problem := _refused(answer):
+        return problem
+    if any(found(hit) for hit in answer.evidence):
+        return CORRECT
+    if any(found(hit) for hit in answer.near_misses):
+        return CORRECT
+    offered = answer.evidence[0].describe() if answer.evidence else "nothing"
+    return miss(F.R0, f"{what} is neither evidence nor a near miss (first: {offered})")
+
+
+def judge_g1(answer: Answer, question: dict[str, Any], fact_id: str | None) -> dict[str, Verdict]:
+    """Every check of one G1 question, by metric."""
+    if question["expects"] is None:
+        return {"abstain": judge_abstain(answer)}
+    return {
+        "abstain": judge_answered(answer),
+        "value": judge_value(answer, fact_id, question["expects"]["value"]),
+        "staleness": judge_staleness(answer, fact_id, stale=question["needs_recheck"]),
+    }
+
+
+def summarize(outcomes: Sequence[ItemOutcome]) -> SuiteSummary:
+    """abstention_accuracy: G1 questions where the recall abstained exactly
+    when nothing was stored; staleness_accuracy: stored values flagged for
+    re-check exactly when older than their volatility; look_accuracy: G1
+    items whose every check held; route_accuracy: G2 questions routed to
+    their memory type; route_store_accuracy: G2 questions whose stored thing
+    came back."""
+    planned, correct = counted(outcomes)
+    metrics: dict[str, float] = {}
+    for name, metric in (
+        ("abstention_accuracy", "abstain"),
+        ("staleness_accuracy", "staleness"),
+        ("route_accuracy", "route"),
+        ("route_store_accuracy", "store"),
+    ):
+        if planned[metric]:
+            metrics[name] = correct[metric] / planned[metric]
+    looks = [o for o in outcomes if o.metrics.get("kind") == "G1"]
+    if looks:
+        metrics["look_accuracy"] = sum(o.passed for o in looks) / len(looks)
+    return SuiteSummary(score=pass_rate(outcomes) * 100, metrics=metrics)
