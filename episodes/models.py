@@ -28,6 +28,8 @@ from piper.provenance import Authority, SourceType
 from piper.tenancy.models import Agent
 
 EMBEDDING_DIM = 384  # == settings.PIPER_EMBEDDING_DIM (checked by the embedder)
+# What embedding_text() keeps: MiniLM reads 256 word pieces (~1,200 characters of English).
+EMBEDDING_TEXT_MAX_CHARS = 2000
 
 # The text search configuration every full-text vector and query uses.
 TEXT_SEARCH_CONFIG = "english"
@@ -162,9 +164,23 @@ class Episode(models.Model):
         return self.summary[:80] or self.action[:80] or str(self.pk)
 
     def embedding_text(self) -> str:
-        """The text its vector is computed from."""
-        parts = [self.summary, self.action, self.observation]
-        return "\n".join(p for p in parts if p)
+        """The text its vector is computed from: who, what happened, where.
+
+        "actor: summary / action / observation (in environment)", each part once
+        (a summary that repeats the observation is not embedded twice), cut at
+        EMBEDDING_TEXT_MAX_CHARS — the model reads only its first 256 word pieces.
+        """
+        parts: list[str] = []
+        for part in (self.summary, self.action, self.observation):
+            part = part.strip()
+            if part and part not in parts:
+                parts.append(part)
+        text = "\n".join(parts)
+        if self.actor:
+            text = f"{self.actor}: {text}"
+        if self.environment:
+            text = f"{text}\n(in {self.environment})"
+        return text[:EMBEDDING_TEXT_MAX_CHARS]
 
 
 class SourceChunk(models.Model):
@@ -220,6 +236,11 @@ class SourceChunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source_id} #{self.ordinal}"
+
+    def embedding_text(self) -> str:
+        """The text its vector is computed from: the document's title, then the passage.
+        (Reads source.title: select_related("source") when embedding many.)"""
+        return f"{self.source.title}\n{self.text}"[:EMBEDDING_TEXT_MAX_CHARS]
 
 
 class AbstentionCalibration(models.Model):

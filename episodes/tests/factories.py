@@ -104,3 +104,41 @@ def memory_state() -> dict:
 
 def events_of(agent, event_type: str) -> list[Event]:
     return list(Event.objects.filter(agent=agent, event_type=event_type).order_by("seq"))
+
+
+class HashEmbedder:
+    """A stand-in for the model where only the plumbing is under test: a deterministic
+    unit vector per text (from its SHA-256), nothing semantic. `calls` records each
+    embed() call's texts. Tests of what vectors mean use the real embedder."""
+
+    dimension = 384
+
+    def __init__(self, name: str = "test/hash-embedder") -> None:
+        self.name = name
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts) -> list[list[float]]:
+        texts = list(texts)
+        self.calls.append(texts)
+        return [self.vector(t) for t in texts]
+
+    def embed_one(self, text: str) -> list[float]:
+        return self.embed([text])[0]
+
+    def vector(self, text: str) -> list[float]:
+        import hashlib
+        import math
+
+        raw = b"".join(
+            hashlib.sha256(f"{self.name}|{i}|{text}".encode()).digest() for i in range(12)
+        )
+        values = [b - 127.5 for b in raw[: self.dimension]]
+        norm = math.sqrt(sum(v * v for v in values))
+        # float32, as pgvector stores it, so a read-back compares equal.
+        return [float(_f32(v / norm)) for v in values]
+
+
+def _f32(value: float) -> float:
+    import struct
+
+    return struct.unpack("f", struct.pack("f", value))[0]

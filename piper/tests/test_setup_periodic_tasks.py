@@ -38,9 +38,17 @@ def test_creates_the_periodic_tasks():
         "created    piper:intentions-rehearse\n"
         "created    piper:intentions-webhook-retries\n"
         "created    piper:skills-review-validated\n"
+        "created    piper:episodes-embed-backlog\n"
     )
     assert summary() == [
         ("piper:beat-heartbeat", "piper.beat_heartbeat", "every 30 seconds", True, 30),
+        (
+            "piper:episodes-embed-backlog",
+            "episodes.embed_backlog",
+            "every 60 seconds",
+            True,
+            60,
+        ),
         ("piper:intentions-engine", "intentions.engine_cycle", "every 5 seconds", True, 10),
         (
             "piper:intentions-rehearse",
@@ -93,13 +101,14 @@ def test_running_twice_leaves_exactly_the_same_rows():
         "unchanged  piper:intentions-rehearse\n"
         "unchanged  piper:intentions-webhook-retries\n"
         "unchanged  piper:skills-review-validated\n"
+        "unchanged  piper:episodes-embed-backlog\n"
     )
     assert rows() == first
     assert (
         list(IntervalSchedule.objects.values()),
         list(CrontabSchedule.objects.values()),
     ) == schedules
-    assert len(schedules[0]) == 3 and len(schedules[1]) == 3
+    assert len(schedules[0]) == 4 and len(schedules[1]) == 3
 
 
 def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
@@ -119,11 +128,13 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
         "unchanged  piper:intentions-rehearse\n"
         "unchanged  piper:intentions-webhook-retries\n"
         "unchanged  piper:skills-review-validated\n"
+        "unchanged  piper:episodes-embed-backlog\n"
         "disabled   piper:retired-job\n"
     )
     assert [(name, enabled) for name, _, _, enabled, _ in summary()] == [
         ("operator-job", True),
         ("piper:beat-heartbeat", True),
+        ("piper:episodes-embed-backlog", True),
         ("piper:intentions-engine", True),
         ("piper:intentions-rehearse", True),
         ("piper:intentions-webhook-retries", True),

@@ -94,6 +94,14 @@ PERIODIC_TASKS: tuple[Periodic, ...] = (
         "SKILLS_DEPRECATE_BELOW.",
         expire_seconds=settings.SKILLS_REVIEW_SECONDS,
     ),
+    Periodic(
+        name=PREFIX + "episodes-embed-backlog",
+        task="episodes.embed_backlog",
+        schedule=Every(seconds=60),
+        description="Embeds episodes and source chunks a lost after-commit task left without "
+        "a vector (and chunks recent sources left without chunks), for up to 50 s a run.",
+        expire_seconds=60,
+    ),
 )
 
 

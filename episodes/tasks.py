@@ -1,0 +1,189 @@
+"""Thin, idempotent tasks: embed episodes and chunks after commit, chunk sources, sweep.
+
+Every task takes ids and calls a service that is a no-op for work already
+done: a vector is stored only where none is (compare-and-set in one UPDATE),
+a source is chunked only once (under a lock on its row). So a re-delivered
+task — acks_late is on, and a worker may die mid-task — writes nothing, and
+the periodic `embed_backlog` sweep catches whatever a lost task left.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+
+from celery import shared_task
+from django.core.cache import cache
+from django.db import DatabaseError
+from django.utils import timezone
+
+logger = logging.getLogger(__name__)
+
+# Texts per embed task (and per embed() call): big enough for the model's
+# batching, small enough that a lost task costs little.
+EMBED_BATCH = 128
+MAX_RETRIES = 3
+# The sweep leaves rows younger than this to the tasks queued by their commit.
+BACKLOG_GRACE_SECONDS = 120
+# One sweep embeds for at most this long, then leaves the rest to the next run.
+BACKLOG_TIME_BUDGET_SECONDS = 50
+# Sources registered this recently are checked for missing chunks by the sweep.
+CHUNK_SWEEP_WINDOW = timedelta(days=7)
+SWEEP_LOCK_KEY = "episodes:embed-backlog:lock"
+
+
+def _batches(ids: Sequence, size: int = EMBED_BATCH):
+    for start in range(0, len(ids), size):
+        yield [str(i) for i in ids[start : start + size]]
+
+
+def queue_episode_embedding(*, agent_id: uuid.UUID | None = None, episode_ids: Sequence) -> None:
+    """Enqueue embed_episodes for these ids, EMBED_BATCH per task (call after commit)."""
+    for batch in _batches(episode_ids):
+        embed_episodes.delay(batch)
+
+
+def queue_chunk_embedding(*, chunk_ids: Sequence) -> None:
+    """Enqueue embed_chunks for these ids, EMBED_BATCH per task (call after commit)."""
+    for batch in _batches(chunk_ids):
+        embed_chunks.delay(batch)
+
+
+def _uuids(ids: Sequence[str]) -> list[uuid.UUID]:
+    return [uuid.UUID(str(i)) for i in ids]
+
+
+@shared_task(
+    bind=True,
+    name="episodes.embed_episodes",
+    ignore_result=False,
+    max_retries=MAX_RETRIES,
+    soft_time_limit=240,
+    time_limit=300,
+)
+def embed_episodes(self, episode_ids: list[str]) -> int:
+    """Give these episodes their vectors; rows that have one are left alone. Returns rows written."""
+    from .services import episodes_embed
+
+    try:
+        return episodes_embed(episode_ids=_uuids(episode_ids))
+    except DatabaseError as exc:
+        raise self.retry(exc=exc, countdown=2 ** (self.request.retries + 1)) from exc
+
+
+@shared_task(
+    bind=True,
+    name="episodes.embed_chunks",
+    ignore_result=False,
+    max_retries=MAX_RETRIES,
+    soft_time_limit=240,
+    time_limit=300,
+)
+def embed_chunks(self, chunk_ids: list[str]) -> int:
+    """Give these source chunks their vectors; as embed_episodes."""
+    from .services import chunks_embed
+
+    try:
+        return chunks_embed(chunk_ids=_uuids(chunk_ids))
+    except DatabaseError as exc:
+        raise self.retry(exc=exc, countdown=2 ** (self.request.retries + 1)) from exc
+
+
+@shared_task(
+    bind=True,
+    name="episodes.chunk_source",
+    ignore_result=False,
+    max_retries=MAX_RETRIES,
+    soft_time_limit=240,
+    time_limit=300,
+)
+def chunk_source(self, source_id: str) -> int:
+    """Split a registered source into chunks unless it has them. Returns chunks written."""
+    from ledger.models import Source
+
+    from .services import source_chunk
+
+    source = Source.objects.filter(pk=source_id).select_related("agent").first()
+    if source is None:
+        logger.warning("chunk_source: source %s does not exist; nothing to do", source_id)
+        return 0
+    try:
+        return len(source_chunk(source=source))
+    except DatabaseError as exc:
+        raise self.retry(exc=exc, countdown=2 ** (self.request.retries + 1)) from exc
+
+
+def sources_committed(agent_id: uuid.UUID, first_seq: int, last_seq: int) -> None:
+    """ledger.hooks listener: queue chunking for sources just registered with content.
+
+    One indexed query per commit (events of type source.registered in the
+    commit's seq range); a source chunked in the same transaction — by
+    source_ingest — is skipped.
+    """
+    from .selectors import sources_registered_unchunked
+
+    for source_id in sources_registered_unchunked(
+        agent_id=agent_id, first_seq=first_seq, last_seq=last_seq
+    ):
+        chunk_source.delay(str(source_id))
+
+
+@shared_task(
+    name="episodes.embed_backlog",
+    ignore_result=False,
+    soft_time_limit=BACKLOG_TIME_BUDGET_SECONDS + 60,
+    time_limit=BACKLOG_TIME_BUDGET_SECONDS + 90,
+)
+def embed_backlog(
+    agent_id: str | None = None,
+    grace_seconds: float = BACKLOG_GRACE_SECONDS,
+    time_budget_seconds: float = BACKLOG_TIME_BUDGET_SECONDS,
+) -> dict[str, int]:
+    """celery-beat: embed what a lost task left without a vector, and chunk recent
+    sources left without chunks.
+
+    Rows younger than `grace_seconds` are left to the tasks their commit
+    queued. Works in EMBED_BATCH batches until nothing is left or the time
+    budget is spent. One sweep at a time (a Redis lock). Returns the counts.
+    """
+    from .selectors import embedding_backlog, sources_unchunked
+    from .services import chunks_embed, episodes_embed, source_chunk
+
+    done = {"episodes": 0, "chunks": 0, "sources": 0}
+    lock_seconds = int(BACKLOG_TIME_BUDGET_SECONDS + 90)
+    if not cache.add(SWEEP_LOCK_KEY, "1", timeout=lock_seconds):
+        logger.info("embed_backlog: another sweep is running")
+        return done
+    try:
+        agent = uuid.UUID(agent_id) if agent_id else None
+        deadline = time.monotonic() + time_budget_seconds
+        created_before = timezone.now() - timedelta(seconds=grace_seconds)
+        since = None if agent else timezone.now() - CHUNK_SWEEP_WINDOW
+        for source in sources_unchunked(agent_id=agent, created_before=created_before, since=since):
+            done["sources"] += bool(source_chunk(source=source))
+            if time.monotonic() > deadline:
+                return done
+        embedders = {
+            "episodes": lambda ids: episodes_embed(episode_ids=ids),
+            "chunks": lambda ids: chunks_embed(chunk_ids=ids),
+        }
+        for kind, embed in embedders.items():
+            while time.monotonic() < deadline:
+                backlog = embedding_backlog(
+                    kind=kind, agent_id=agent, created_before=created_before
+                )
+                ids = list(backlog[:EMBED_BATCH])
+                if not ids:
+                    break
+                written = embed(ids)
+                done[kind] += written
+                if not written:  # the rows were taken meanwhile; don't spin on them
+                    break
+        if any(done.values()):
+            logger.info("embed_backlog: %s", done)
+        return done
+    finally:
+        cache.delete(SWEEP_LOCK_KEY)

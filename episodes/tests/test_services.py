@@ -1,0 +1,575 @@
+"""episodes.services: what each write leaves in the ledger and the tables, and what it refuses."""
+
+import math
+import uuid
+from datetime import datetime, timedelta
+
+import pytest
+
+from episodes import chunking, selectors
+from episodes.models import Episode, SourceChunk
+from episodes.services import (
+    EPISODE_RECORDED,
+    MAX_BATCH,
+    SOURCE_CHUNKED,
+    EpisodeDraft,
+    chunk_embeddings_store,
+    chunks_embed,
+    episode_embeddings_store,
+    episode_from_event,
+    episode_record,
+    episodes_embed,
+    episodes_record,
+    source_chunk,
+    source_ingest,
+)
+from episodes.tests.factories import (
+    T0,
+    EpisodeFactory,
+    HashEmbedder,
+    SourceFactory,
+    draft,
+    episodes_batch,
+    events_of,
+    memory_state,
+)
+from ledger.models import Event, Source
+from ledger.services import source_register
+from piper.errors import InvalidInput, Unprocessable
+from piper.tenancy.tests.factories import AgentFactory
+
+pytestmark = pytest.mark.django_db
+
+COLUMNS = [f.attname for f in Episode._meta.concrete_fields if f.attname != "search_vector"]
+
+
+def row(episode_id) -> dict:
+    return Episode.objects.filter(pk=episode_id).values(*COLUMNS).get()
+
+
+def as_row(episode: Episode) -> dict:
+    return {name: getattr(episode, name) for name in COLUMNS}
+
+
+@pytest.fixture
+def agent():
+    return AgentFactory(name="ingest")
+
+
+# ------------------------------------------------------------------ episodes_record
+
+
+class TestRecord:
+    def test_each_episode_is_a_ledger_event_and_a_row_built_from_it(self, agent):
+        source = SourceFactory(agent=agent, content="Runbook: restart the batch job.")
+        first = EpisodeFactory(agent=agent, summary="earlier")
+        [episode] = episodes_record(
+            agent=agent,
+            drafts=[
+                EpisodeDraft(
+                    occurred_at=T0,
+                    summary="The nightly batch job ran out of memory",
+                    action="raised the memory limit to 4 GB",
+                    observation="exit code 137",
+                    outcome="failure",
+                    score=0.25,
+                    actor="ci",
+                    environment="prod-batch",
+                    session_id="s-1",
+                    goal_id="g-1",
+                    task_id="t-1",
+                    salience=0.9,
+                    confidence=0.8,
+                    entities=["Batch Job", "  batch   job ", "OOM"],
+                    related_ids=[first.pk, first.pk],
+                    source_id=source.pk,
+                    source_type="tool_result",
+                    source_ref="ci://run/42",
+                )
+            ],
+        )
+        event = Event.objects.get(pk=episode.raw_event_id)
+        assert (event.event_type, event.occurred_at, event.session_id, event.actor) == (
+            EPISODE_RECORDED,
+            T0,
+            "s-1",
+            "ci",
+        )
+        assert (event.source_type, event.source_ref, event.authority, event.confidence) == (
+            "tool_result",
+            "ci://run/42",
+            "tool_result",
+            0.8,
+        )
+        assert event.payload == {
+            "episode_id": str(episode.pk),
+            "summary": "The nightly batch job ran out of memory",
+            "action": "raised the memory limit to 4 GB",
+            "observation": "exit code 137",
+            "outcome": "failure",
+            "score": 0.25,
+            "environment": "prod-batch",
+            "goal_id": "g-1",
+            "task_id": "t-1",
+            "salience": 0.9,
+            "entities": ["batch job", "oom"],
+            "related_ids": [str(first.pk)],
+            "source_id": str(source.pk),
+        }
+        stored = row(episode.pk)
+        assert stored == {
+            "id": episode.pk,
+            "agent_id": agent.pk,
+            "occurred_at": T0,
+            "session_id": "s-1",
+            "actor": "ci",
+            "environment": "prod-batch",
+            "goal_id": "g-1",
+            "task_id": "t-1",
+            "action": "raised the memory limit to 4 GB",
+            "observation": "exit code 137",
+            "outcome": "failure",
+            "score": 0.25,
+            "summary": "The nightly batch job ran out of memory",
+            "salience": 0.9,
+            "confidence": 0.8,
+            "entities": ["batch job", "oom"],
+            "related_ids": [first.pk],
+            "source_type": "tool_result",
+            "authority": "tool_result",
+            "source_id": source.pk,
+            "raw_event_id": event.pk,
+            "embedding": None,
+            "embedding_model": "",
+            "embedded_at": None,
+            "created_at": event.recorded_at,
+        }
+        # What the writer returns, what the SQL inserted and what replay builds agree.
+        assert as_row(episode) == stored
+        assert as_row(episode_from_event(event)) == stored
+        assert episode._state.adding is False
+
+    def test_defaults_and_the_generated_text_vector(self, agent):
+        episode = episode_record(agent=agent, draft=EpisodeDraft(occurred_at=T0, action="ran it"))
+        stored = row(episode.pk)
+        assert (stored["summary"], stored["outcome"], stored["score"]) == ("", "unknown", None)
+        assert (stored["salience"], stored["confidence"]) == (0.5, 1.0)
+        assert (stored["source_type"], stored["authority"]) == (
+            "observation",
+            "system_observation",
+        )
+        assert (stored["entities"], stored["related_ids"], stored["source_id"]) == ([], [], None)
+        # Deferred on the returned instance, read from the database on access.
+        assert episode.search_vector == "'ran':1B"
+
+    def test_a_batch_keeps_input_order_and_one_chain(self, agent):
+        episodes = episodes_batch(agent, [{"summary": f"step {i}"} for i in range(5)])
+        assert [e.summary for e in episodes] == [f"step {i}" for i in range(5)]
+        assert [e.raw_event.seq for e in episodes] == [1, 2, 3, 4, 5]
+        assert [e.summary for e in Episode.objects.order_by("raw_event__seq")] == [
+            f"step {i}" for i in range(5)
+        ]
+
+    def test_empty_batch_writes_nothing(self, agent):
+        before = memory_state()
+        assert episodes_record(agent=agent, drafts=[]) == []
+        assert memory_state() == before
+
+    @pytest.mark.parametrize("size", [10, 300])
+    def test_a_constant_number_of_statements_per_batch(
+        self, agent, size, django_assert_num_queries
+    ):
+        EpisodeFactory(agent=agent)  # the agent's chain head exists
+        related = [EpisodeFactory(agent=agent).pk]
+        source = SourceFactory(agent=agent)
+        drafts = [
+            draft(summary=f"e {i}", related_ids=related, source_id=source.pk) for i in range(size)
+        ]
+        # related + source checks, savepoint, chain lock, events, head, episodes, release
+        with django_assert_num_queries(10):
+            episodes_record(agent=agent, drafts=drafts)
+
+    def test_embedding_is_queued_after_commit(self, agent, django_capture_on_commit_callbacks):
+        with django_capture_on_commit_callbacks() as callbacks:
+            episodes_batch(agent, [{"summary": "one"}])
+        assert len(callbacks) == 2  # the ledger's hooks, and the embedding
+
+
+# -------------------------------------------------------------- refused episodes
+
+
+def refused(agent, drafts) -> InvalidInput | Unprocessable:
+    before = memory_state()
+    with pytest.raises((InvalidInput, Unprocessable)) as caught:
+        episodes_record(agent=agent, drafts=drafts)
+    assert memory_state() == before
+    return caught.value
+
+
+NAIVE = datetime(2026, 3, 2, 9, 0)  # noqa: DTZ001 — the point of the test
+
+
+class TestRefused:
+    @pytest.mark.parametrize(
+        ("fields", "message"),
+        [
+            (
+                {"occurred_at": NAIVE},
+                "occurred_at: must be a time with a time zone, e.g. 2026-01-31T09:00:00Z",
+            ),
+            (
+                {"summary": "  ", "action": ""},
+                "summary: an episode needs a summary, an action or an observation",
+            ),
+            ({"summary": "x" * 20_001}, "summary: at most 20,000 characters"),
+            ({"observation": 5}, "observation: must be a string"),
+            ({"action": "a\x00b"}, "action: must not contain NUL (\\u0000) characters"),
+            ({"actor": "\ud800"}, "actor: must be valid Unicode (no lone surrogates)"),
+            ({"actor": "a" * 201}, "actor: at most 200 characters"),
+            ({"environment": "e" * 201}, "environment: at most 200 characters"),
+            ({"session_id": "s" * 201}, "session_id: at most 200 characters"),
+            ({"source_ref": "r" * 501}, "source_ref: at most 500 characters"),
+            (
+                {"outcome": "won"},
+                "outcome: must be one of ['success', 'failure', 'partial', 'unknown']",
+            ),
+            ({"score": math.nan}, "score: must be a finite number"),
+            ({"score": "1"}, "score: must be a finite number"),
+            ({"salience": 1.5}, "salience: must be between 0 and 1"),
+            ({"salience": True}, "salience: must be between 0 and 1"),
+            ({"confidence": -0.1}, "confidence: must be between 0 and 1"),
+            ({"entities": "oom"}, "entities: must be a list of names"),
+            ({"entities": ["e"] * 101}, "entities: at most 100 names"),
+            ({"entities": ["x" * 301]}, "entities: each name a string of at most 300 characters"),
+            ({"related_ids": ["not-a-uuid"]}, "related_ids: must be episode ids (UUIDs)"),
+            ({"related_ids": [uuid.uuid4()] * 101}, "related_ids: at most 100 episodes"),
+            ({"source_id": "abc"}, "source_id: must be a source id (UUID)"),
+            (
+                {"source_type": "rumour"},
+                "source_type: must be one of ['user_statement', "
+                "'tool_result', 'observation', 'operator', 'agent_inference', 'third_party', "
+                "'document']",
+            ),
+            (
+                {"authority": "god"},
+                "authority: must be one of ['operator', "
+                "'system_observation', 'user_statement', 'tool_result', 'agent_inference', "
+                "'third_party']",
+            ),
+        ],
+    )
+    def test_one_bad_field(self, agent, fields, message):
+        error = refused(agent, [draft(**fields)])
+        assert isinstance(error, InvalidInput)
+        assert error.message == message
+        name = message.split(":")[0]
+        assert error.details == {name: [message.split(": ", 1)[1]]}
+
+    def test_a_batch_names_the_first_bad_episode_and_lists_them_all(self, agent):
+        error = refused(
+            agent,
+            [draft(), draft(outcome="won"), draft(), draft(salience=2.0, summary="")],
+        )
+        assert error.message == (
+            "episodes[1].outcome: must be one of ['success', 'failure', 'partial', 'unknown']"
+        )
+        assert error.details == {
+            "episodes": {
+                "1": {"outcome": ["must be one of ['success', 'failure', 'partial', 'unknown']"]},
+                "3": {
+                    "summary": ["an episode needs a summary, an action or an observation"],
+                    "salience": ["must be between 0 and 1"],
+                },
+            }
+        }
+
+    def test_a_batch_over_the_limit(self, agent):
+        error = refused(agent, [draft()] * (MAX_BATCH + 1))
+        assert (error.code, error.message) == (
+            "batch_too_large",
+            "at most 1,000 episodes per request; split the batch",
+        )
+
+    def test_another_agents_episode_is_an_unknown_reference(self, agent):
+        theirs = EpisodeFactory(agent=AgentFactory(name="other"))
+        missing = uuid.uuid4()
+        error = refused(agent, [draft(related_ids=[theirs.pk]), draft(related_ids=[missing])])
+        assert isinstance(error, Unprocessable)
+        assert error.code == "unknown_episode_reference"
+        assert error.details == {"missing_episode_ids": sorted([str(theirs.pk), str(missing)])}
+
+    def test_another_agents_source_is_unknown(self, agent):
+        theirs = SourceFactory(agent=AgentFactory(name="other"))
+        error = refused(agent, [draft(source_id=theirs.pk)])
+        assert isinstance(error, Unprocessable)
+        assert (error.code, error.message) == (
+            "unknown_source",
+            f"source {theirs.pk} does not exist",
+        )
+
+    def test_an_unknown_parent_event(self, agent):
+        theirs = EpisodeFactory(agent=AgentFactory(name="other"))
+        error = refused(agent, [draft(parent_event_id=theirs.raw_event_id)])
+        assert isinstance(error, Unprocessable)
+        assert error.code == "unknown_event_reference"
+
+
+# -------------------------------------------------------------------- embedding text
+
+
+def test_embedding_text_names_who_and_where_and_repeats_nothing(agent):
+    episode = EpisodeFactory(
+        agent=agent,
+        summary="The batch job ran out of memory",
+        action="restarted it",
+        observation="The batch job ran out of memory",
+        actor="ci",
+        environment="prod",
+    )
+    assert (
+        episode.embedding_text() == "ci: The batch job ran out of memory\nrestarted it\n(in prod)"
+    )
+    assert EpisodeFactory(agent=agent, summary="x" * 5000).embedding_text() == "x" * 2000
+
+
+# ------------------------------------------------------------------------- sources
+
+DOC = (
+    "Runbook: the nightly batch job.\n\n"
+    + " ".join(
+        f"Step {i} checks the memory of worker {i} before the export starts." for i in range(30)
+    )
+    + "\n\nIf the job dies halfway through, look for exit code 137: the kernel killed it."
+)
+
+
+class TestSourceIngest:
+    def test_registers_the_source_and_its_chunks(self, agent):
+        source, created = source_ingest(
+            agent=agent, title="Batch runbook", content=DOC, uri="wiki://batch", actor="ops"
+        )
+        assert created is True
+        assert (source.title, source.uri, source.content, source.media_type) == (
+            "Batch runbook",
+            "wiki://batch",
+            DOC,
+            "text/plain",
+        )
+        chunks = list(SourceChunk.objects.filter(source=source).order_by("ordinal"))
+        spans = chunking.split(DOC)
+        assert [(c.ordinal, c.char_start, c.char_end) for c in chunks] == [
+            (i, s.start, s.end) for i, s in enumerate(spans)
+        ]
+        assert all(c.text == DOC[c.char_start : c.char_end] for c in chunks)
+        # Whole sentences; each passage repeats the last two sentences of the one before
+        # (up to 150 characters); the short last paragraph fits in the last passage.
+        assert [(c.char_start, c.char_end) for c in chunks] == [(0, 792), (663, 1442), (1313, 2042)]
+        assert chunks[0].text.startswith("Runbook: the nightly batch job.\n\nStep 0 checks")
+        assert chunks[0].text.endswith(
+            "Step 11 checks the memory of worker 11 before the export starts."
+        )
+        assert chunks[1].text.startswith("Step 10 checks")
+        assert chunks[2].text.startswith("Step 20 checks")
+        assert chunks[2].text.endswith(
+            "starts.\n\nIf the job dies halfway through, look for exit code 137: the kernel killed it."
+        )
+        [registered] = events_of(agent, "source.registered")
+        [chunked] = events_of(agent, SOURCE_CHUNKED)
+        assert (chunked.actor, chunked.source_type, chunked.source_ref) == (
+            "ops",
+            "document",
+            "wiki://batch",
+        )
+        assert chunked.parent_event_id == registered.pk == source.source_event_id
+        assert chunked.payload == {
+            "source_id": str(source.pk),
+            "chunker": "paragraph-sentence/800/150",
+            "chunks": [{"id": str(c.pk), "start": c.char_start, "end": c.char_end} for c in chunks],
+        }
+        assert {c.created_at for c in chunks} == {chunked.recorded_at}
+        assert {(c.agent_id, c.embedding, c.embedding_model) for c in chunks} == {
+            (agent.pk, None, "")
+        }
+
+    def test_the_same_content_again_writes_nothing(self, agent):
+        first, _ = source_ingest(agent=agent, title="Batch runbook", content=DOC)
+        before = memory_state()
+        again, created = source_ingest(agent=agent, title="Another title", content=DOC)
+        assert (again.pk, created) == (first.pk, False)
+        assert memory_state() == before
+
+    def test_a_source_registered_without_chunks_is_chunked_on_ingest(self, agent):
+        registered, _ = source_register(agent=agent, title="Batch runbook", content=DOC)
+        assert SourceChunk.objects.count() == 0
+        source, created = source_ingest(agent=agent, title="Batch runbook", content=DOC)
+        assert (source.pk, created) == (registered.pk, False)
+        assert SourceChunk.objects.filter(source=source).count() == 3
+        assert source_chunk(source=source) == []  # and only once
+        assert len(events_of(agent, SOURCE_CHUNKED)) == 1
+
+    def test_a_source_without_text_gets_no_chunks(self, agent):
+        source, _ = source_register(agent=agent, title="Hash only", content_hash="a" * 64)
+        before = memory_state()
+        assert source_chunk(source=source) == []
+        assert memory_state() == before
+
+    @pytest.mark.parametrize(
+        ("fields", "message"),
+        [
+            ({"title": " "}, "title: a source needs a title"),
+            ({"title": "t" * 501}, "title: at most 500 characters"),
+            (
+                {"content": " \n "},
+                "content: send the document's text; to register a document "
+                "by its hash alone, use POST /api/v1/sources",
+            ),
+            ({"content": "a\x00b"}, "content: must not contain NUL (\\u0000) characters"),
+            ({"uri": "u" * 501}, "uri: at most 500 characters"),
+            ({"media_type": "m" * 101}, "media_type: at most 100 characters"),
+            ({"actor": 7}, "actor: must be a string"),
+        ],
+    )
+    def test_bad_input_writes_nothing(self, agent, fields, message):
+        before = memory_state()
+        with pytest.raises(InvalidInput) as caught:
+            source_ingest(agent=agent, **{"title": "Doc", "content": DOC, **fields})
+        assert caught.value.message == message
+        assert memory_state() == before
+
+    def test_other_agents_have_their_own_copy(self, agent):
+        mine, _ = source_ingest(agent=agent, title="Doc", content=DOC)
+        theirs, created = source_ingest(agent=AgentFactory(name="other"), title="Doc", content=DOC)
+        assert created is True and theirs.pk != mine.pk
+        assert SourceChunk.objects.filter(agent=agent).count() == 3
+        assert SourceChunk.objects.filter(source=theirs).exclude(agent=theirs.agent).count() == 0
+
+
+def test_the_commit_hook_finds_sources_registered_with_text_and_not_chunked(agent):
+    plain, _ = source_register(agent=agent, title="Via the ledger API", content="Some text.")
+    source_register(agent=agent, title="Hash only", content_hash="b" * 64)
+    ingested, _ = source_ingest(agent=agent, title="Ingested", content="Other text.")
+    seqs = Event.objects.filter(agent=agent).values_list("seq", flat=True)
+    found = selectors.sources_registered_unchunked(
+        agent_id=agent.pk, first_seq=min(seqs), last_seq=max(seqs)
+    )
+    assert found == [plain.pk]
+    registered_at = Source.objects.get(pk=plain.pk).source_event.seq
+    assert (
+        selectors.sources_registered_unchunked(
+            agent_id=agent.pk, first_seq=registered_at + 1, last_seq=max(seqs)
+        )
+        == []
+    )
+    assert ingested.pk not in found
+
+
+# ---------------------------------------------------------------------- embeddings
+
+
+class TestEmbeddings:
+    def test_episodes_embed_writes_each_vector_once(self, agent):
+        episodes = episodes_batch(agent, [{"summary": "one"}, {"summary": "two", "actor": "ci"}])
+        embedder = HashEmbedder()
+        assert episodes_embed(episode_ids=[e.pk for e in episodes], embedder=embedder) == 2
+        assert [sorted(texts) for texts in embedder.calls] == [["ci: two", "one"]]
+        for episode in episodes:
+            stored = Episode.objects.get(pk=episode.pk)
+            assert list(stored.embedding) == embedder.vector(stored.embedding_text())
+            assert stored.embedding_model == "test/hash-embedder"
+            assert stored.embedded_at is not None
+        # Again: nothing needs a vector, the model is not even called.
+        assert episodes_embed(episode_ids=[e.pk for e in episodes], embedder=embedder) == 0
+        assert len(embedder.calls) == 1
+        assert episodes_embed(episode_ids=[uuid.uuid4()], embedder=embedder) == 0
+
+    def test_store_is_compare_and_set(self, agent):
+        episode = EpisodeFactory(agent=agent)
+        first, second = HashEmbedder("model-a"), HashEmbedder("model-b")
+        assert (
+            episode_embeddings_store(vectors={episode.pk: first.vector("a")}, model="model-a") == 1
+        )
+        stamped = Episode.objects.get(pk=episode.pk).embedded_at
+        # A re-delivered task, or another model: the stored vector stays.
+        assert (
+            episode_embeddings_store(vectors={episode.pk: first.vector("b")}, model="model-a") == 0
+        )
+        assert (
+            episode_embeddings_store(vectors={episode.pk: second.vector("b")}, model="model-b") == 0
+        )
+        stored = Episode.objects.get(pk=episode.pk)
+        assert (list(stored.embedding), stored.embedding_model, stored.embedded_at) == (
+            first.vector("a"),
+            "model-a",
+            stamped,
+        )
+        # Replacing stale vectors replaces another model's, never the current one's.
+        assert (
+            episode_embeddings_store(
+                vectors={episode.pk: second.vector("b")}, model="model-b", replace_stale=True
+            )
+            == 1
+        )
+        assert (
+            episode_embeddings_store(
+                vectors={episode.pk: second.vector("c")}, model="model-b", replace_stale=True
+            )
+            == 0
+        )
+        stored = Episode.objects.get(pk=episode.pk)
+        assert (list(stored.embedding), stored.embedding_model) == (second.vector("b"), "model-b")
+
+    def test_reembed_stale(self, agent):
+        episode = EpisodeFactory(agent=agent, summary="stale one")
+        episodes_embed(episode_ids=[episode.pk], embedder=HashEmbedder("old-model"))
+        new = HashEmbedder("new-model")
+        assert episodes_embed(episode_ids=[episode.pk], embedder=new) == 0
+        assert episodes_embed(episode_ids=[episode.pk], embedder=new, reembed_stale=True) == 1
+        stored = Episode.objects.get(pk=episode.pk)
+        assert (list(stored.embedding), stored.embedding_model) == (
+            new.vector("stale one"),
+            "new-model",
+        )
+
+    @pytest.mark.parametrize(
+        ("vector", "message"),
+        [
+            ([0.1] * 383, "has 383 numbers, expected 384"),
+            ([math.inf] + [0.0] * 383, "holds a non-finite number"),
+        ],
+    )
+    def test_a_malformed_vector_is_refused(self, agent, vector, message):
+        episode = EpisodeFactory(agent=agent)
+        with pytest.raises(ValueError, match=message):
+            episode_embeddings_store(vectors={episode.pk: vector}, model="m")
+        with pytest.raises(ValueError, match="needs the name of the model"):
+            episode_embeddings_store(vectors={episode.pk: [0.0] * 384}, model="")
+        assert Episode.objects.get(pk=episode.pk).embedding is None
+
+    def test_chunks_embed_with_the_title(self, agent):
+        source = SourceFactory(agent=agent, title="Runbook", content="Restart it. Then check.")
+        [chunk] = SourceChunk.objects.filter(source=source)
+        embedder = HashEmbedder()
+        assert chunks_embed(chunk_ids=[chunk.pk], embedder=embedder) == 1
+        assert embedder.calls == [["Runbook\nRestart it. Then check."]]
+        assert chunks_embed(chunk_ids=[chunk.pk], embedder=embedder) == 0
+        assert chunk_embeddings_store(vectors={chunk.pk: [0.0] * 384}, model="m") == 0
+        stored = SourceChunk.objects.get(pk=chunk.pk)
+        assert list(stored.embedding) == embedder.vector("Runbook\nRestart it. Then check.")
+
+    def test_the_backlog_lists_rows_without_vectors_oldest_first(self, agent):
+        episodes = episodes_batch(agent, [{"summary": f"e {i}"} for i in range(3)])
+        other = EpisodeFactory(agent=AgentFactory(name="other"))
+        episodes_embed(episode_ids=[episodes[1].pk], embedder=HashEmbedder())
+        assert list(selectors.embedding_backlog(kind="episodes", agent_id=agent.pk)) == sorted(
+            [episodes[0].pk, episodes[2].pk]
+        )
+        assert list(selectors.embedding_backlog(kind="episodes")) == sorted(
+            [episodes[0].pk, episodes[2].pk, other.pk]
+        )
+        assert list(
+            selectors.embedding_backlog(
+                kind="episodes", agent_id=agent.pk, stale_model="another-model"
+            )
+        ) == sorted(e.pk for e in episodes)
+        past = datetime.now(tz=T0.tzinfo) - timedelta(hours=1)
+        assert list(selectors.embedding_backlog(kind="episodes", created_before=past)) == []
