@@ -150,6 +150,7 @@ SPECTACULAR_SETTINGS = {
     # Choice sets that share a field name with another app's get a name of their own.
     "ENUM_NAME_OVERRIDES": {
         "EpisodeOutcomeEnum": "episodes.models.Outcome",
+        "RecallOutcomeEnum": "piper.recall.models.Outcome",
     },
 }
 

@@ -1,0 +1,104 @@
+"""Thin views over recall: validate, call the service or selector, serialize.
+
+POST /recall writes its trace inside `idempotent_write` (a retry with the same
+Idempotency-Key replays the first answer, no second trace); it needs only the
+read scope — for the agent it is a read, the trace is telemetry. Feedback
+appends a ledger event, so it needs write.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from piper.api.idempotency import idempotent_write
+from piper.api.inputs import IDEMPOTENCY_KEY, body_data
+from piper.tenancy.models import Scope
+
+from . import selectors, services
+from .serializers import (
+    FeedbackInputSerializer,
+    FeedbackOutputSerializer,
+    RecallInputSerializer,
+    RecallOutputSerializer,
+    TraceOutputSerializer,
+)
+
+
+class RecallApi(APIView):
+    required_scope = Scope.READ  # a POST because a question and its filters are a body
+
+    @extend_schema(
+        request=RecallInputSerializer,
+        responses={201: RecallOutputSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        operation_id="v1_recall",
+        summary="Ask memory a question: one endpoint for every memory",
+        description="Classifies the question (route auto: inspectable rules first, then "
+        "similarity to prototype questions when no rule matches) or takes the route given — "
+        "current_fact, what_happened, how_to, what_to_do, source, multi_hop — asks that "
+        "memory through its selectors and returns evidence best first, each with a "
+        "memory_status (source, age_seconds, authority, currentness, confidence). A "
+        "superseded fact is never current. abstained: true means no supporting memory; "
+        "near_misses are then the best of what there was. The decision is in route. Each "
+        "call writes a trace (201; its id is the response's id) for GET and feedback. 400 "
+        "for an empty or over-2,000-character query, an unknown route (the message lists "
+        "the allowed ones), a window that ends before it starts, or an unknown field.",
+    )
+    def post(self, request):
+        def write():
+            data = body_data(RecallInputSerializer, request)
+            result = services.recall(
+                agent=request.user,
+                query=data["query"],
+                route=data["route"],
+                limit=data["limit"],
+                filters=data.get("filters"),
+                context=data["context"],
+                scopes=list(request.auth.scopes),
+            )
+            return Response(RecallOutputSerializer(result).data, status=status.HTTP_201_CREATED)
+
+        return idempotent_write(request, write)
+
+
+class RecallDetailApi(APIView):
+    @extend_schema(
+        responses=TraceOutputSerializer,
+        operation_id="v1_recall_retrieve",
+        summary="One recall's trace: route and why, candidates, what was returned, feedback",
+    )
+    def get(self, request, trace_id):
+        trace = selectors.trace_get(agent=request.user, trace_id=trace_id)
+        return Response(TraceOutputSerializer(trace).data)
+
+
+class RecallFeedbackApi(APIView):
+    @extend_schema(
+        request=FeedbackInputSerializer,
+        responses={201: FeedbackOutputSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        operation_id="v1_recall_feedback",
+        summary="Say which evidence of a recall was used, and how it went",
+        description="outcome success, failure or partial; failure_code (failure or partial "
+        "only) R0 not found, R1 wrong or stale, R2 ranked below noise, R3 returned what must "
+        "not be, A0 not surfaced when deciding, U0 misapplied. used must be ids the recall "
+        "returned. Appends a recall.feedback ledger event. One feedback per recall (409 "
+        "feedback_exists); another agent's recall is a 404.",
+    )
+    def post(self, request, trace_id):
+        def write():
+            data = body_data(FeedbackInputSerializer, request)
+            feedback = services.recall_feedback(
+                agent=request.user,
+                trace_id=trace_id,
+                used=data["used"],
+                outcome=data["outcome"],
+                failure_code=data.get("failure_code"),
+                note=data["note"],
+            )
+            return Response(FeedbackOutputSerializer(feedback).data, status=status.HTTP_201_CREATED)
+
+        return idempotent_write(request, write)

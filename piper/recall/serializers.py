@@ -1,0 +1,318 @@
+"""Recall's request and response shapes. Inputs refuse unknown fields; outputs are
+built directly in to_representation (the declared fields document them)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from rest_framework import serializers
+
+from episodes.models import Outcome as EpisodeOutcome
+from facts.serializers import FactOutputSerializer
+from intentions.serializers import IntentionOutputSerializer
+from piper.api.serializers import (
+    AwareDateTimeField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+)
+from skills.serializers import MatchedVersionSerializer
+
+from . import router
+from .models import FailureCode, Outcome, RecallFeedback, RetrievalTrace
+from .services import MAX_LIMIT, MAX_NOTE_CHARS, Evidence, RecallResult
+
+KINDS = ("fact", "episode", "chunk", "skill", "intention", "path")
+CURRENTNESS = ("current", "superseded", "contested", "n/a")
+ALLOWED_ROUTES = ", ".join(router.ALLOWED)
+
+_datetime = serializers.DateTimeField().to_representation
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else _datetime(value)
+
+
+# ------------------------------------------------------------------------ input
+
+
+class RecallFiltersSerializer(StrictSerializer):
+    actor = StrictCharField(max_length=200, required=False)
+    environment = StrictCharField(max_length=200, required=False)
+    session_id = StrictCharField(max_length=200, required=False)
+    goal_id = StrictCharField(max_length=200, required=False)
+    task_id = StrictCharField(max_length=200, required=False)
+    outcome = serializers.ChoiceField(choices=EpisodeOutcome.choices, required=False)
+    occurred_after = AwareDateTimeField(required=False)
+    occurred_before = AwareDateTimeField(required=False)
+    source_id = serializers.UUIDField(required=False, help_text="Source chunks of one document.")
+
+    def validate(self, data: dict) -> dict:
+        after, before = data.get("occurred_after"), data.get("occurred_before")
+        if after is not None and before is not None and before < after:
+            raise serializers.ValidationError(
+                {"occurred_before": ["the window ends before it starts: not before occurred_after"]}
+            )
+        return data
+
+
+class RecallInputSerializer(StrictSerializer):
+    query = StrictCharField(
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="The question, in plain words (1–2,000 characters).",
+    )
+    route = serializers.ChoiceField(
+        choices=router.ALLOWED,
+        default=router.AUTO,
+        error_messages={"invalid_choice": f'"{{input}}" is not a route; allowed: {ALLOWED_ROUTES}'},
+        help_text="auto (default) classifies the question; any other value is taken as given.",
+    )
+    limit = StrictIntegerField(min_value=1, max_value=MAX_LIMIT, default=10)
+    filters = RecallFiltersSerializer(required=False)
+    context = serializers.JSONField(
+        required=False,
+        default=dict,
+        help_text="The agent's situation, a JSON object: skills check preconditions against it.",
+    )
+
+    def validate_context(self, value: Any) -> dict:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("must be a JSON object")
+        return value
+
+
+class FeedbackInputSerializer(StrictSerializer):
+    used = serializers.ListField(
+        child=StrictCharField(max_length=100),
+        max_length=MAX_LIMIT,
+        default=list,
+        help_text="Ids of the evidence (as returned) that the agent used.",
+    )
+    outcome = serializers.ChoiceField(choices=Outcome.choices)
+    failure_code = serializers.ChoiceField(
+        choices=FailureCode.choices,
+        required=False,
+        allow_null=True,
+        help_text="Where memory broke (failure or partial only).",
+    )
+    note = StrictCharField(max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="")
+
+
+# ----------------------------------------------------------------------- output
+
+
+class DecisionSerializer(serializers.Serializer):
+    chosen = serializers.ChoiceField(choices=router.ROUTES)
+    explicit = serializers.BooleanField(help_text="The agent named the route.")
+    method = serializers.ChoiceField(choices=["explicit", "rules", "prototypes"])
+    rule = serializers.CharField(
+        allow_null=True, help_text="The rule that decided, e.g. current_fact.now."
+    )
+    matched = serializers.ListField(child=serializers.CharField(), help_text="Every rule matched.")
+    scores = serializers.DictField(
+        child=serializers.FloatField(),
+        help_text="Per route: summed rule weights, or the best prototype similarity.",
+    )
+    nearest = serializers.CharField(
+        allow_null=True, help_text="The nearest prototype question (method prototypes)."
+    )
+
+
+class EvidenceStatusSerializer(serializers.Serializer):
+    """Why to believe the evidence, and how far. Every kind has these five; facts
+    add valid/record times, status and contests; episodes occurred_at and outcome;
+    skills status, similarity and use; intentions status, due_at and trigger."""
+
+    source = serializers.DictField(help_text="Where it came from: type, ref, event_id, …")
+    age_seconds = serializers.IntegerField(allow_null=True)
+    authority = serializers.CharField(allow_null=True)
+    currentness = serializers.ChoiceField(
+        choices=CURRENTNESS,
+        help_text="current; superseded (a fact no longer valid); contested (in force, "
+        "challenged); n/a (episodes and documents: events are neither).",
+    )
+    confidence = serializers.FloatField(allow_null=True)
+
+
+class EpisodeBriefSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    occurred_at = serializers.DateTimeField()
+    session_id = serializers.CharField()
+    actor = serializers.CharField()
+    environment = serializers.CharField()
+    goal_id = serializers.CharField()
+    task_id = serializers.CharField()
+    action = serializers.CharField()
+    observation = serializers.CharField()
+    outcome = serializers.CharField()
+    summary = serializers.CharField()
+    entities = serializers.ListField(child=serializers.CharField())
+
+
+class ChunkBriefSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    source_id = serializers.UUIDField()
+    ordinal = serializers.IntegerField()
+    char_start = serializers.IntegerField()
+    char_end = serializers.IntegerField()
+
+
+class PathBriefSerializer(serializers.Serializer):
+    entities = serializers.ListField(child=serializers.DictField())
+    facts = FactOutputSerializer(many=True)
+
+
+class EvidenceSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=KINDS)
+    id = serializers.CharField()
+    text = serializers.CharField()
+    score = serializers.FloatField()
+    signals = serializers.DictField(help_text="The ranking signals behind the score.")
+    memory_status = EvidenceStatusSerializer()
+    fact = FactOutputSerializer(required=False)
+    episode = EpisodeBriefSerializer(required=False)
+    chunk = ChunkBriefSerializer(required=False)
+    skill = MatchedVersionSerializer(required=False)
+    intention = IntentionOutputSerializer(required=False)
+    path = PathBriefSerializer(required=False)
+
+    def to_representation(self, e: Evidence) -> dict:
+        return {
+            "kind": e.kind,
+            "id": e.id,
+            "text": e.text,
+            "score": e.score,
+            "signals": e.signals,
+            "memory_status": e.memory_status,
+            e.kind: _object(e, self.context),
+        }
+
+
+def _object(e: Evidence, context: dict) -> dict:
+    obj = e.obj
+    if e.kind == "fact":
+        return FactOutputSerializer(obj, context=context).data
+    if e.kind == "episode":
+        return {
+            "id": str(obj.pk),
+            "occurred_at": _when(obj.occurred_at),
+            "session_id": obj.session_id,
+            "actor": obj.actor,
+            "environment": obj.environment,
+            "goal_id": obj.goal_id,
+            "task_id": obj.task_id,
+            "action": obj.action,
+            "observation": obj.observation,
+            "outcome": obj.outcome,
+            "summary": obj.summary,
+            "entities": list(obj.entities),
+        }
+    if e.kind == "chunk":
+        return {
+            "id": str(obj.pk),
+            "source_id": str(obj.source_id),
+            "ordinal": obj.ordinal,
+            "char_start": obj.char_start,
+            "char_end": obj.char_end,
+        }
+    if e.kind == "skill":
+        return MatchedVersionSerializer(obj).data
+    if e.kind == "intention":
+        return IntentionOutputSerializer(obj).data
+    return {
+        "entities": [{"id": str(x.pk), "name": x.name} for x in obj.entities],
+        "facts": FactOutputSerializer(obj.facts, many=True, context=context).data,
+    }
+
+
+class GroupSerializer(serializers.Serializer):
+    session_id = serializers.CharField()
+    evidence = serializers.ListField(child=serializers.CharField(), help_text="In time order.")
+    first_at = serializers.DateTimeField()
+    last_at = serializers.DateTimeField()
+    best_score = serializers.FloatField()
+
+
+class RecallOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField(help_text="The trace's id: GET it, or send feedback on it.")
+    route = DecisionSerializer()
+    abstained = serializers.BooleanField(help_text="true: no supporting memory.")
+    evidence = EvidenceSerializer(many=True, help_text="Best first; empty when abstained.")
+    near_misses = EvidenceSerializer(many=True, help_text="The best below the bar.")
+    groups = GroupSerializer(many=True, help_text="Episode evidence by session.")
+    details = serializers.DictField(help_text="What the store reported (threshold, …).")
+    latency_ms = serializers.FloatField()
+
+    def to_representation(self, result: RecallResult) -> dict:
+        evidence = EvidenceSerializer(context=self.context)
+        return {
+            "id": str(result.trace.pk),
+            "route": result.decision.as_dict(),
+            "abstained": result.abstained,
+            "evidence": [evidence.to_representation(e) for e in result.evidence],
+            "near_misses": [evidence.to_representation(e) for e in result.near_misses],
+            "groups": result.groups,
+            "details": result.details,
+            "latency_ms": result.latency_ms,
+        }
+
+
+class FeedbackOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    trace = serializers.UUIDField()
+    used = serializers.ListField(child=serializers.CharField())
+    outcome = serializers.ChoiceField(choices=Outcome.choices)
+    failure_code = serializers.ChoiceField(choices=FailureCode.choices, allow_null=True)
+    note = serializers.CharField()
+    source_event_id = serializers.UUIDField(help_text="The recall.feedback ledger event.")
+    created_at = serializers.DateTimeField()
+
+    def to_representation(self, f: RecallFeedback) -> dict:
+        return {
+            "id": str(f.pk),
+            "trace": str(f.trace_id),
+            "used": list(f.used),
+            "outcome": f.outcome,
+            "failure_code": f.failure_code or None,
+            "note": f.note,
+            "source_event_id": str(f.source_event_id),
+            "created_at": _when(f.created_at),
+        }
+
+
+class TraceOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    query = serializers.CharField()
+    route = DecisionSerializer()
+    filters = serializers.DictField()
+    candidates = serializers.ListField(
+        child=serializers.DictField(), help_text="What was considered, with scores."
+    )
+    returned = serializers.ListField(child=serializers.DictField(), help_text="{kind, id, score}")
+    abstained = serializers.BooleanField()
+    latency_ms = serializers.FloatField()
+    embedding_model = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    feedback = FeedbackOutputSerializer(allow_null=True)
+
+    def to_representation(self, t: RetrievalTrace) -> dict:
+        feedback = getattr(t, "feedback", None)  # the reverse one-to-one raises when absent
+        decision = dict(t.decision)
+        decision.pop("details", None)
+        return {
+            "id": str(t.pk),
+            "query": t.query,
+            "route": decision,
+            "filters": t.filters,
+            "candidates": t.candidates,
+            "returned": t.returned,
+            "abstained": t.abstained,
+            "latency_ms": t.latency_ms,
+            "embedding_model": t.embedding_model,
+            "created_at": _when(t.created_at),
+            "feedback": None
+            if feedback is None
+            else FeedbackOutputSerializer().to_representation(feedback),
+        }

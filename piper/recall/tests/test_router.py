@@ -1,0 +1,151 @@
+"""The classifier's decisions: rules on a table of questions for every route, the
+prototype fallback when no rule matches, and explicit routes."""
+
+import pytest
+
+from piper.errors import InvalidInput
+from piper.recall import router
+from piper.recall.router import classify_by_rules
+
+DECISIONS = [
+    # current_fact
+    ("When is our deployment window now?", "current_fact", "current_fact.now"),
+    ("Where does Alice currently live?", "current_fact", "current_fact.now"),
+    ("Is Bob still the on-call engineer?", "current_fact", "current_fact.now"),
+    ("What's the status of the billing service?", "current_fact", "current_fact.present_question"),
+    ("Tell me the version of the kernel", "current_fact", "current_fact.attribute_of"),
+    ("Who is the owner of the payments repo?", "current_fact", "current_fact.present_question"),
+    # what_happened
+    ("What happened when we deployed on Friday?", "what_happened", "what_happened.what_happened"),
+    ("What did we do last time the disk filled up?", "what_happened", "what_happened.last_time"),
+    ("Have I seen this stack trace before?", "what_happened", "what_happened.have_i_seen"),
+    ("When did the nightly backup last fail?", "what_happened", "what_happened.when_did"),
+    ("Why did the batch job crash yesterday?", "what_happened", "what_happened.past_marker"),
+    ("Why did the export fail?", "what_happened", "what_happened.past_question"),
+    # how_to
+    ("How do I rotate the database credentials?", "how_to", "how_to.how_do_i"),
+    ("Steps to roll back a release", "how_to", "how_to.steps_to"),
+    ("how to compute the checksum of an invoice", "how_to", "how_to.how_to"),
+    ("Walk me through setting up a new laptop", "how_to", "how_to.walk_through"),
+    # what_to_do
+    ("What am I supposed to do now?", "what_to_do", "what_to_do.supposed_to"),
+    ("What's on my todo list?", "what_to_do", "what_to_do.todo"),
+    ("Remind me what I told Carol", "what_to_do", "what_to_do.remind"),
+    ("What did I promise the finance team?", "what_to_do", "what_to_do.promised"),
+    ("Which tasks are overdue?", "what_to_do", "what_to_do.pending"),
+    ("What should I do next?", "what_to_do", "what_to_do.what_next"),
+    # source
+    ("According to the runbook, what is the restart limit?", "source", "source.according_to"),
+    ("What did the onboarding guide say about VPN access?", "source", "source.doc_says"),
+    ("Is there anything in the security policy about USB sticks?", "source", "source.in_the_doc"),
+    ("How do I restart it, according to the manual?", "source", "source.according_to"),
+    # multi_hop
+    ("How is Alice related to Acme Corp?", "multi_hop", "multi_hop.related_to"),
+    ("What is the connection between billing and the ledger?", "multi_hop", "multi_hop.between"),
+    ("What do Alice and Bob have in common?", "multi_hop", "multi_hop.connects"),
+    ("Who manages the team that owns the billing service?", "multi_hop", "multi_hop.chained"),
+]
+
+
+@pytest.mark.parametrize("query, route, rule", DECISIONS)
+def test_rules_decide(query, route, rule):
+    decision = classify_by_rules(query)
+    assert (decision.route, decision.rule, decision.method, decision.explicit) == (
+        route,
+        rule,
+        "rules",
+        False,
+    )
+    assert decision.scores[route] == max(decision.scores.values())
+    assert rule in decision.matched
+
+
+def test_every_route_is_decided_by_some_row():
+    assert {route for _, route, _ in DECISIONS} == set(router.ROUTES)
+
+
+def test_the_decision_shows_every_matched_rule_and_every_score():
+    decision = classify_by_rules("What am I supposed to do now?")
+    assert decision.as_dict() == {
+        "chosen": "what_to_do",
+        "explicit": False,
+        "method": "rules",
+        "rule": "what_to_do.supposed_to",
+        "matched": ["what_to_do.supposed_to", "current_fact.now"],
+        "scores": {
+            "current_fact": 1.0,
+            "what_happened": 0.0,
+            "how_to": 0.0,
+            "what_to_do": 1.0,
+            "source": 0.0,
+            "multi_hop": 0.0,
+        },
+        "nearest": None,
+    }
+
+
+def test_a_strong_marker_outweighs_a_weak_one():
+    # "before" (weak, what_happened) against "currently" (strong, current_fact)
+    decision = classify_by_rules("Before the migration, who was on call, and who is currently?")
+    assert (decision.route, decision.scores["current_fact"], decision.scores["what_happened"]) == (
+        "current_fact",
+        1.0,
+        0.5,
+    )
+    decision = classify_by_rules("What broke before the outage?")
+    assert decision.route == "what_happened"
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["the batch job keeps dying halfway through", "ramen", "deployment window platform team"],
+)
+def test_no_rule_for_statements_without_markers(query):
+    assert classify_by_rules(query) is None
+
+
+def test_explicit_routes_bypass_the_rules():
+    assert router.explicit("how_to").as_dict() == {
+        "chosen": "how_to",
+        "explicit": True,
+        "method": "explicit",
+        "rule": None,
+        "matched": [],
+        "scores": {},
+        "nearest": None,
+    }
+
+
+@pytest.mark.parametrize("route", ["", "facts", "AUTO", None, 3])
+def test_an_unknown_route_names_the_allowed_ones(route):
+    with pytest.raises(InvalidInput) as raised:
+        router.check_route(route)
+    assert raised.value.code == "unknown_route"
+    assert raised.value.details == {
+        "route": [
+            "one of: current_fact, what_happened, how_to, what_to_do, source, multi_hop, auto"
+        ]
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "query, route",
+    [
+        ("the batch job keeps dying halfway through", "what_happened"),
+        ("rotate the api credentials for the staging cluster", "how_to"),
+        ("bob's employer", "current_fact"),
+    ],
+)
+def test_the_fallback_is_the_nearest_prototype(query, route):
+    from piper.embeddings import get_embedder
+
+    embedder = get_embedder()
+    decision = router.classify_by_prototypes(embedder.embed_one(query), embedder)
+    assert (decision.route, decision.method, decision.rule) == (
+        route,
+        "prototypes",
+        f"prototype.{route}",
+    )
+    assert decision.scores[route] == max(decision.scores.values())
+    assert decision.nearest in router.PROTOTYPES[route]

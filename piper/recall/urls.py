@@ -1,0 +1,11 @@
+from django.urls import path
+
+from . import apis
+
+urlpatterns = [
+    path("recall", apis.RecallApi.as_view(), name="recall"),
+    path("recall/<uuid:trace_id>", apis.RecallDetailApi.as_view(), name="recall-detail"),
+    path(
+        "recall/<uuid:trace_id>/feedback", apis.RecallFeedbackApi.as_view(), name="recall-feedback"
+    ),
+]
