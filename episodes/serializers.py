@@ -1,0 +1,358 @@
+"""Request and response shapes of the episodes and source-ingest API.
+
+Inputs are strict (unknown fields and mistyped values are refused, never
+coerced), and their limits and messages are the service's, so a request says
+the same thing whether the serializer or the service catches it. Outputs
+declare their fields (OpenAPI) and build the dict directly: a page of 1,000
+episodes through nested field serializers is most of a request.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rest_framework import serializers
+
+from piper.api.serializers import (
+    AwareDateTimeField,
+    QueryDateTimeField,
+    StrictCharField,
+    StrictFloatField,
+    StrictSerializer,
+)
+from piper.provenance import Authority, SourceType
+
+from .models import EMBEDDING_DIM, Episode, Outcome, SourceChunk
+from .services import (
+    MAX_BATCH,
+    MAX_CONTENT_CHARS,
+    MAX_ENTITIES,
+    MAX_ENTITY_CHARS,
+    MAX_LABEL_CHARS,
+    MAX_MEDIA_TYPE_CHARS,
+    MAX_RELATED,
+    MAX_TEXT_CHARS,
+    MAX_TITLE_CHARS,
+    MAX_URI_CHARS,
+    EpisodeDraft,
+)
+
+_datetime = serializers.DateTimeField().to_representation
+UNIT_INTERVAL = {"min_value": "must be between 0 and 1", "max_value": "must be between 0 and 1"}
+
+
+def _text(limit: int, **kwargs) -> StrictCharField:
+    """A text field with the service's limit and message; whitespace kept as sent."""
+    kwargs.setdefault("required", False)
+    kwargs.setdefault("allow_blank", True)
+    kwargs.setdefault("default", "")
+    return StrictCharField(
+        max_length=limit,
+        trim_whitespace=False,
+        error_messages={"max_length": f"at most {limit:,} characters"},
+        **kwargs,
+    )
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else _datetime(value)
+
+
+def _vector(value) -> list[float] | None:
+    return None if value is None else [float(x) for x in value]
+
+
+# ------------------------------------------------------------------------ episodes
+
+
+class EpisodeInputSerializer(StrictSerializer):
+    occurred_at = AwareDateTimeField(help_text="When it happened (ISO 8601 with a time zone).")
+    summary = _text(
+        MAX_TEXT_CHARS,
+        help_text="One or two sentences. At least one of summary, "
+        "action and observation is needed.",
+    )
+    action = _text(MAX_TEXT_CHARS, help_text="What was done.")
+    observation = _text(MAX_TEXT_CHARS, help_text="What was seen (the raw evidence).")
+    outcome = serializers.ChoiceField(choices=Outcome.choices, required=False, default="unknown")
+    score = StrictFloatField(
+        required=False, allow_null=True, default=None, help_text="An outcome score, if any."
+    )
+    actor = _text(MAX_LABEL_CHARS["actor"], help_text="Who acted.")
+    environment = _text(MAX_LABEL_CHARS["environment"], help_text="Where: a host, a repo, …")
+    session_id = _text(MAX_LABEL_CHARS["session_id"])
+    goal_id = _text(MAX_LABEL_CHARS["goal_id"])
+    task_id = _text(MAX_LABEL_CHARS["task_id"])
+    salience = StrictFloatField(
+        min_value=0.0,
+        max_value=1.0,
+        required=False,
+        default=0.5,
+        error_messages=UNIT_INTERVAL,
+        help_text="How much it matters, 0–1.",
+    )
+    confidence = StrictFloatField(
+        min_value=0.0, max_value=1.0, required=False, default=1.0, error_messages=UNIT_INTERVAL
+    )
+    entities = serializers.ListField(
+        child=StrictCharField(
+            max_length=MAX_ENTITY_CHARS,
+            error_messages={"max_length": f"at most {MAX_ENTITY_CHARS} characters"},
+        ),
+        max_length=MAX_ENTITIES,
+        required=False,
+        default=list,
+        error_messages={"max_length": f"at most {MAX_ENTITIES} names"},
+        help_text="Names of the entities it mentions (stored lower-cased, de-duplicated).",
+    )
+    related_ids = serializers.ListField(
+        child=serializers.UUIDField(),
+        max_length=MAX_RELATED,
+        required=False,
+        default=list,
+        error_messages={"max_length": f"at most {MAX_RELATED} episodes"},
+        help_text="Other episodes of this agent it relates to (422 for an unknown one).",
+    )
+    source_id = serializers.UUIDField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The source (document) read in this episode (422 for an unknown one).",
+    )
+    source_type = serializers.ChoiceField(
+        choices=SourceType.choices, required=False, default=SourceType.OBSERVATION
+    )
+    source_ref = _text(MAX_LABEL_CHARS["source_ref"], help_text="Where it came from: a URI, …")
+    authority = serializers.ChoiceField(
+        choices=Authority.choices,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Defaults from source_type.",
+    )
+    parent_event_id = serializers.UUIDField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The ledger event this episode summarises, if it is already recorded.",
+    )
+
+    @staticmethod
+    def to_draft(data: dict) -> EpisodeDraft:
+        return EpisodeDraft(**data)
+
+
+class EpisodeBatchInputSerializer(StrictSerializer):
+    episodes = serializers.ListField(
+        child=EpisodeInputSerializer(),
+        allow_empty=False,
+        max_length=MAX_BATCH,
+        help_text=f"Up to {MAX_BATCH:,} episodes, recorded all or nothing.",
+    )
+
+
+class EpisodeOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    occurred_at = serializers.DateTimeField()
+    session_id = serializers.CharField()
+    actor = serializers.CharField()
+    environment = serializers.CharField()
+    goal_id = serializers.CharField()
+    task_id = serializers.CharField()
+    summary = serializers.CharField()
+    action = serializers.CharField()
+    observation = serializers.CharField()
+    outcome = serializers.ChoiceField(choices=Outcome.choices)
+    score = serializers.FloatField(allow_null=True)
+    salience = serializers.FloatField()
+    confidence = serializers.FloatField()
+    entities = serializers.ListField(child=serializers.CharField())
+    related_ids = serializers.ListField(child=serializers.UUIDField())
+    source_id = serializers.UUIDField(allow_null=True)
+    source_type = serializers.ChoiceField(choices=SourceType.choices)
+    authority = serializers.ChoiceField(choices=Authority.choices)
+    raw_event_id = serializers.UUIDField(help_text="The ledger event it was built from.")
+    created_at = serializers.DateTimeField()
+    embedded = serializers.BooleanField(help_text="Has its vector been computed yet?")
+    embedding_model = serializers.CharField(help_text="The model that made the vector, or ''.")
+    embedded_at = serializers.DateTimeField(allow_null=True)
+    embedding = serializers.ListField(
+        child=serializers.FloatField(),
+        required=False,
+        allow_null=True,
+        min_length=EMBEDDING_DIM,
+        max_length=EMBEDDING_DIM,
+        help_text="The vector itself: only with include_embedding=true.",
+    )
+
+    def to_representation(self, episode: Episode) -> dict:
+        data = {
+            "id": str(episode.pk),
+            "occurred_at": _datetime(episode.occurred_at),
+            "session_id": episode.session_id,
+            "actor": episode.actor,
+            "environment": episode.environment,
+            "goal_id": episode.goal_id,
+            "task_id": episode.task_id,
+            "summary": episode.summary,
+            "action": episode.action,
+            "observation": episode.observation,
+            "outcome": episode.outcome,
+            "score": None if episode.score is None else float(episode.score),
+            "salience": float(episode.salience),
+            "confidence": float(episode.confidence),
+            "entities": list(episode.entities),
+            "related_ids": [str(r) for r in episode.related_ids],
+            "source_id": None if episode.source_id is None else str(episode.source_id),
+            "source_type": episode.source_type,
+            "authority": episode.authority,
+            "raw_event_id": str(episode.raw_event_id),
+            "created_at": _when(episode.created_at),
+            "embedded": _embedded(episode),
+            "embedding_model": episode.embedding_model,
+            "embedded_at": _when(episode.embedded_at),
+        }
+        if self.context.get("include_embedding"):
+            data["embedding"] = _vector(episode.embedding)
+        return data
+
+
+def _embedded(row: Episode | SourceChunk) -> bool:
+    # The selectors annotate `embedded` and defer the vector; a row a write just
+    # built holds its (null) vector.
+    if "embedded" in row.__dict__:
+        return bool(row.embedded)
+    return row.__dict__.get("embedding") is not None
+
+
+class EpisodeBatchOutputSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    episodes = EpisodeOutputSerializer(many=True)
+
+
+class EpisodeListQuerySerializer(StrictSerializer):
+    actor = serializers.CharField(required=False, help_text="Exact match.")
+    environment = serializers.CharField(required=False, help_text="Exact match.")
+    session_id = serializers.CharField(required=False)
+    goal_id = serializers.CharField(required=False)
+    task_id = serializers.CharField(required=False)
+    outcome = serializers.ChoiceField(choices=Outcome.choices, required=False)
+    occurred_after = QueryDateTimeField(required=False, help_text="Inclusive.")
+    occurred_before = QueryDateTimeField(
+        required=False, help_text="Exclusive; 400 when earlier than occurred_after."
+    )
+    include_embedding = serializers.BooleanField(
+        required=False, default=False, help_text="Also return each vector (384 numbers)."
+    )
+    cursor = serializers.CharField(required=False, help_text="From a 'next' or 'previous' link.")
+    limit = serializers.IntegerField(
+        min_value=1, max_value=1000, required=False, help_text="Page size (default 100)."
+    )
+
+
+class IncludeEmbeddingQuerySerializer(StrictSerializer):
+    include_embedding = serializers.BooleanField(
+        required=False, default=False, help_text="Also return the vector (384 numbers)."
+    )
+
+
+# ------------------------------------------------------------------------- sources
+
+
+class SourceIngestInputSerializer(StrictSerializer):
+    title = StrictCharField(
+        max_length=MAX_TITLE_CHARS,
+        error_messages={"max_length": f"at most {MAX_TITLE_CHARS} characters"},
+    )
+    content = StrictCharField(
+        max_length=MAX_CONTENT_CHARS,
+        trim_whitespace=False,
+        error_messages={"max_length": f"at most {MAX_CONTENT_CHARS:,} characters"},
+        help_text="The document's text; split into passages of about 800 characters.",
+    )
+    uri = _text(MAX_URI_CHARS, help_text="Where the document lives.")
+    media_type = StrictCharField(
+        max_length=MAX_MEDIA_TYPE_CHARS,
+        required=False,
+        default="text/plain",
+        error_messages={"max_length": f"at most {MAX_MEDIA_TYPE_CHARS} characters"},
+    )
+    actor = _text(MAX_LABEL_CHARS["actor"], help_text="Who read or supplied it.")
+
+
+class SourceSummarySerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    title = serializers.CharField()
+    uri = serializers.CharField()
+    content_hash = serializers.CharField()
+    media_type = serializers.CharField()
+    source_event_id = serializers.UUIDField()
+    created_at = serializers.DateTimeField()
+
+
+class SourceIngestOutputSerializer(serializers.Serializer):
+    source = SourceSummarySerializer()
+    created = serializers.BooleanField(help_text="false: this content was registered before.")
+    chunks = serializers.IntegerField(help_text="How many chunks the source has.")
+
+
+class ChunkOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    source_id = serializers.UUIDField()
+    ordinal = serializers.IntegerField(help_text="Position in the document, from 0.")
+    text = serializers.CharField()
+    char_start = serializers.IntegerField(help_text="content[char_start:char_end] == text")
+    char_end = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    embedded = serializers.BooleanField()
+    embedding_model = serializers.CharField()
+    embedded_at = serializers.DateTimeField(allow_null=True)
+    embedding = serializers.ListField(
+        child=serializers.FloatField(),
+        required=False,
+        allow_null=True,
+        min_length=EMBEDDING_DIM,
+        max_length=EMBEDDING_DIM,
+        help_text="The vector itself: only with include_embedding=true.",
+    )
+
+    def to_representation(self, chunk: SourceChunk) -> dict:
+        data = {
+            "id": str(chunk.pk),
+            "source_id": str(chunk.source_id),
+            "ordinal": chunk.ordinal,
+            "text": chunk.text,
+            "char_start": chunk.char_start,
+            "char_end": chunk.char_end,
+            "created_at": _when(chunk.created_at),
+            "embedded": _embedded(chunk),
+            "embedding_model": chunk.embedding_model,
+            "embedded_at": _when(chunk.embedded_at),
+        }
+        if self.context.get("include_embedding"):
+            data["embedding"] = _vector(chunk.embedding)
+        return data
+
+
+class ChunkListQuerySerializer(IncludeEmbeddingQuerySerializer):
+    cursor = serializers.CharField(required=False, help_text="From a 'next' or 'previous' link.")
+    limit = serializers.IntegerField(
+        min_value=1, max_value=1000, required=False, help_text="Page size (default 100)."
+    )
+
+
+def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
+    """The shape of one page of a cursor-paginated list."""
+    return type(
+        name,
+        (serializers.Serializer,),
+        {
+            "next": serializers.URLField(allow_null=True),
+            "previous": serializers.URLField(allow_null=True),
+            "results": item(many=True),
+        },
+    )
+
+
+EpisodePageSerializer = page_of(EpisodeOutputSerializer, "EpisodePageSerializer")
+ChunkPageSerializer = page_of(ChunkOutputSerializer, "ChunkPageSerializer")
