@@ -583,7 +583,259 @@ def build_recipes(ctx: Context) -> dict[str, Callable]:
     R["linear(bm25 .5, dense .5) prop .5"] = prop(linear((B, 0.5), (Dn, 0.5)), 0.5)
     R["speaker add .2 on prop bm25"] = speaker(prop(B, 0.5), 0.2)
     R["speaker mul .3 on prop bm25"] = speaker(prop(B, 0.5), 0.3, "mul")
+
+    # ---- product simulation: what episodes.retrieval does with the product's rows
+    P = ProductSim(ctx)
+    R["product sim: as built (rrf text+vector+recency, k=30)"] = P.recipe()
+    R["product sim: no recency"] = P.recipe(recency=0.0)
+    R["product sim: per-conversation idf"] = P.recipe(idf="conv")
+    R["product sim: names stripped (vector)"] = P.recipe(qvariant="nonames")
+    R["product sim: names stripped, k=100"] = P.recipe(qvariant="nonames", k=100)
+    R["product sim: names stripped, prop .5 (rrf)"] = P.recipe(qvariant="nonames", prop=0.5)
+    R["product sim: names stripped, linear"] = P.recipe(qvariant="nonames", fusion="linear")
+    R["product sim: names stripped, linear, prop .5"] = P.recipe(
+        qvariant="nonames", fusion="linear", prop=0.5
+    )
+    nn = {"qvariant": "nonames"}
+    R["psim2: nonames rrf prop .5 expand 1"] = P.recipe(**nn, prop=0.5, expand=1)
+    R["psim2: nonames rrf prop 1.0 expand 1"] = P.recipe(**nn, prop=1.0, expand=1)
+    R["psim2: nonames rrf prop .5 expand 1 no recency"] = P.recipe(
+        **nn, prop=0.5, expand=1, recency=0
+    )
+    R["psim2: nonames rrf k=10 prop .5 expand 1"] = P.recipe(**nn, prop=0.5, expand=1, rrf_k=10)
+    for a in (0.3, 0.5, 0.7):
+        R[f"psim2: nonames linear prop {a} expand 1"] = P.recipe(
+            **nn, fusion="linear", prop=a, expand=1
+        )
+    for wt in (0.4, 0.6):
+        R[f"psim2: nonames linear wt {wt} prop .5 expand 1"] = P.recipe(
+            **nn, fusion="linear", prop=0.5, expand=1, wt=wt
+        )
+    for a in (0.1, 0.2, 0.3):
+        R[f"psim3: nonames rrf60 prop {a} expand 1"] = P.recipe(**nn, prop=a, expand=1)
+    for a in (0.3, 0.5):
+        R[f"psim3: nonames rrf k=20 prop {a} expand 1"] = P.recipe(**nn, prop=a, expand=1, rrf_k=20)
+    for w in (0.5, 1.0, 1.5):
+        R[f"psim3: nonames rrf60 + context list w={w} expand 1"] = P.recipe(
+            **nn, context=w, expand=1
+        )
+    for a in (0.3, 0.5, 0.7):
+        R[f"psim4: nonames rrf60 signal prop {a} expand 1"] = P.recipe(**nn, sigprop=a, expand=1)
+    R["psim4: nonames rrf60 signal prop .5 (text), .3 (vector) expand 1"] = P.recipe(
+        **nn, sigprop=0.5, sigprop_vec=0.3, expand=1
+    )
+    R["psim4: nonames rrf60 signal prop .5 expand 1 no recency"] = P.recipe(
+        **nn, sigprop=0.5, expand=1, recency=0
+    )
+    R["psim2: nonames linear raw cosine prop .5 expand 1"] = P.recipe(
+        **nn, fusion="linear", prop=0.5, expand=1, vec_norm="raw"
+    )
+    R["psim2: nonames linear prop .5 expand 1 conv idf"] = P.recipe(
+        **nn, fusion="linear", prop=0.5, expand=1, idf="conv"
+    )
     return R
+
+
+def ts_rank_one(weights_in_order: list[float], length: int) -> float:
+    """PostgreSQL ts_rank(vector, 'lexeme', 1) for one lexeme (calc_rank_or, then
+    normalisation 1: divided by log2(1 + document length))."""
+    if not weights_in_order:
+        return 0.0
+    resj, wjm, jm = 0.0, -1.0, 0
+    for j, w in enumerate(weights_in_order):
+        resj += w / ((j + 1) * (j + 1))
+        if w > wjm:
+            wjm, jm = w, j
+    res = (wjm + resj - wjm / ((jm + 1) * (jm + 1))) / 1.64493406685
+    return res / (math.log(length + 1) / math.log(2.0))
+
+
+class ProductSim:
+    """episodes.retrieval.episode_search on the rows battery.locomo writes, in numpy.
+
+    A turn is an episode with summary = its text (weight A), observation = its
+    photo's caption (B), actor = its speaker (C); embedding_text() is
+    "speaker: text\n[shares …]" (the 'plain+cap' vectors). Text rank =
+    Σ idf(lexeme) x ts_rank(vector, lexeme, 1) over the query's lexemes, with
+    idf = log(1 + (1-f)/f) from the share f of rows holding the lexeme (the
+    planner's statistics: the 1,000 commonest lexemes of the whole table,
+    min/2 for the rest); candidates: rows holding a lexeme in at most 5% of rows
+    (else the 2 rarest), best k. Vector: best k by cosine. Recency: all
+    candidates newest first. Fused by RRF (k 60) with weights text 1, vector 1,
+    recency 0.2.
+    """
+
+    WEIGHTS = {"A": 1.0, "B": 0.4, "C": 0.2, "D": 0.1}
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        convs = ctx.convs
+        texts = [t.text for c in convs for t in c.turns]
+        caps = [f"[shares {t.caption}]" if t.caption else "" for c in convs for t in c.turns]
+        actors = [t.speaker for c in convs for t in c.turns]
+        lt, lc, la = pg_lexemes(texts), pg_lexemes(caps), pg_lexemes(actors)
+        self.docs: list[list[dict[str, list[float]]]] = []
+        self.lengths: list[np.ndarray] = []
+        i = 0
+        for c in convs:
+            docs, lens = [], []
+            for _ in c.turns:
+                d: dict[str, list[float]] = defaultdict(list)
+                for part, w in ((lt[i], "A"), (lc[i], "B"), (la[i], "C")):
+                    for lex, n in part.items():
+                        d[lex].extend([self.WEIGHTS[w]] * n)
+                docs.append(dict(d))
+                lens.append(sum(len(v) for v in d.values()))
+                i += 1
+            self.docs.append(docs)
+            self.lengths.append(np.array(lens))
+        # global (table) and per-conversation document frequencies
+        n_all = sum(len(c.turns) for c in convs)
+        df: Counter = Counter()
+        self.conv_freq = []
+        for docs in self.docs:
+            cdf: Counter = Counter()
+            for d in docs:
+                cdf.update(d.keys())
+            df.update(cdf)
+            self.conv_freq.append({w: f / len(docs) for w, f in cdf.items()})
+        common = dict(df.most_common(1000))
+        self.table_freq = {w: f / n_all for w, f in common.items()}
+        self.table_other = min(self.table_freq.values()) / 2
+        self.qlex = pg_lexemes([q.question for q in ctx.questions])
+        self.qlex_order = self.qlex  # order does not matter below
+
+    def freq(self, conv_i: int, lex: str, idf: str) -> float:
+        if idf == "conv":
+            f = self.conv_freq[conv_i].get(lex, 0.5 / len(self.docs[conv_i]))
+        else:
+            f = self.table_freq.get(lex, self.table_other)
+        return min(max(f, 1e-6), 0.999)
+
+    def text_scores(self, conv_i: int, qi: int, idf: str, k: int) -> dict[int, float]:
+        lexemes = list(self.qlex[qi])
+        freqs = {lx: self.freq(conv_i, lx, idf) for lx in lexemes}
+        weights = {lx: math.log(1 + (1 - f) / f) for lx, f in freqs.items()}
+        if len(lexemes) > 24:
+            lexemes = sorted(lexemes, key=lambda lx: -weights[lx])[:24]
+        pool = [lx for lx in lexemes if freqs[lx] <= 0.05] or sorted(
+            lexemes, key=lambda lx: freqs[lx]
+        )[:2]
+        pool = set(pool)
+        out = {}
+        docs, lens = self.docs[conv_i], self.lengths[conv_i]
+        for i, d in enumerate(docs):
+            if not pool & d.keys():
+                continue
+            out[i] = sum(weights[lx] * ts_rank_one(d.get(lx, []), lens[i]) for lx in lexemes)
+        best = sorted(out, key=lambda i: -out[i])[:k]
+        return {i: out[i] for i in best}
+
+    def recipe(
+        self,
+        *,
+        k: int = 30,
+        recency: float = 0.2,
+        idf: str = "table",
+        qvariant: str = "raw",
+        prop: float = 0.0,
+        fusion: str = "rrf",
+        expand: int = 0,
+        wt: float = 0.5,
+        rrf_k: int = 60,
+        vec_norm: str = "minmax",
+        context: float = 0.0,
+        sigprop: float = 0.0,
+        sigprop_vec: float | None = None,
+    ):
+        """`expand`: the session neighbours (within this many turns) of every
+        candidate join the candidates with their own signals; `prop`: a turn
+        gains prop x its best neighbour's fused score; fusion "rrf" or "linear"
+        (wt x text / best text + (1 - wt) x normalised cosine)."""
+        ctx = self.ctx
+
+        def f(conv: Conversation, qi: int, q: Question) -> np.ndarray:
+            n = len(conv.turns)
+            text_all = self.text_scores(q.conv, qi, idf, 10**9)
+            text = dict(sorted(text_all.items(), key=lambda kv: -kv[1])[:k])
+            sims = ctx.turn_emb("plain+cap")[q.conv] @ ctx.question_emb(qvariant)[qi]
+            vec_top = np.argsort(-sims, kind="stable")[:k].tolist()
+            cands = set(text) | set(vec_top)
+            if expand:
+                more = set()
+                for i in cands:
+                    t = conv.turns[i]
+                    sess = conv.sessions[t.session]
+                    for d in range(1, expand + 1):
+                        for j in (t.turn - d, t.turn + d):
+                            if 0 <= j < len(sess):
+                                more.add(sess[j])
+                cands |= more
+            if sigprop:
+                # each signal of a candidate gains sigprop x its best session
+                # neighbour's value of it (cosine above the candidates' floor)
+                a_vec = sigprop if sigprop_vec is None else sigprop_vec
+                floor = min(sims[i] for i in cands)
+                tvals = np.zeros(n)
+                for i, v in text_all.items():
+                    tvals[i] = v
+                tp = propagate(conv, tvals, sigprop)
+                sp = propagate(conv, np.maximum(sims - floor, 0.0), a_vec) + floor
+                text_all = {i: tp[i] for i in cands if tp[i] > 0}
+                sims = sp
+                text = dict(sorted(text_all.items(), key=lambda kv: -kv[1])[:k])
+                vec_top = sorted(cands, key=lambda i: -sims[i])[:k]
+            score = np.full(n, -1e9)
+            fused: dict[int, float] = defaultdict(float)
+            if fusion == "rrf":
+                # a neighbour brought in takes its place in the lists by its own signals
+                tl = sorted((i for i in cands if i in text_all), key=lambda i: -text_all[i])
+                vl = sorted(cands, key=lambda i: -sims[i])
+                if not expand:
+                    tl, vl = sorted(text, key=lambda i: -text[i]), vec_top
+                for pos, i in enumerate(tl, start=1):
+                    fused[i] += wt * 2 / (rrf_k + pos)
+                for pos, i in enumerate(vl, start=1):
+                    fused[i] += (1 - wt) * 2 / (rrf_k + pos)
+                if recency:
+                    for pos, i in enumerate(sorted(cands, key=lambda i: -i), start=1):
+                        fused[i] += recency / (rrf_k + pos)
+                if context:
+                    # a "context" list: candidates by their best session neighbour's score
+                    base = dict(fused)
+
+                    def best_neighbour(i):
+                        t = conv.turns[i]
+                        sess = conv.sessions[t.session]
+                        return max(
+                            (
+                                base.get(sess[j], 0.0)
+                                for j in (t.turn - 1, t.turn + 1)
+                                if 0 <= j < len(sess)
+                            ),
+                            default=0.0,
+                        )
+
+                    nb = {i: best_neighbour(i) for i in cands}
+                    ranked = sorted((i for i in cands if nb[i] > 0), key=lambda i: -nb[i])
+                    for pos, i in enumerate(ranked, start=1):
+                        fused[i] += context / (rrf_k + pos)
+            else:
+                tmax = max(text.values(), default=0.0) or 1.0
+                top = sims[vec_top]
+                lo = top.min() if vec_norm == "minmax" else 0.0
+                hi = top.max() if vec_norm in ("minmax", "max") else 1.0
+                for i in cands:
+                    fused[i] += wt * text_all.get(i, 0.0) / tmax
+                    fused[i] += (1 - wt) * max(sims[i] - lo, 0.0) / ((hi - lo) or 1.0)
+            for i, v in fused.items():
+                score[i] = v
+            if prop:
+                base = np.where(score > -1e8, score, 0.0)
+                score = np.where(score > -1e8, propagate(conv, base, prop), -1e9)
+            return score
+
+        return f
 
 
 if __name__ == "__main__":
