@@ -1,0 +1,211 @@
+"""Episodes, chunks and calibrations are read-only in the admin: they are projections
+of the ledger (and calibrations are written by calibrate_abstention)."""
+
+from django.contrib import admin
+from django.db.models import BooleanField, ExpressionWrapper, Q
+
+from ledger.admin import ReadOnlyAdmin
+
+from .models import AbstentionCalibration, Episode, SourceChunk
+
+# The distinct-values filters read only this many of the newest rows: SELECT DISTINCT
+# over every episode of every agent would make each page load a full scan.
+RECENT_VALUES_SCAN = 5000
+MAX_FILTER_CHOICES = 50
+
+
+class EmbeddedFilter(admin.SimpleListFilter):
+    title = "embedded"
+    parameter_name = "embedded"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Yes"), ("no", "No: waiting for its vector")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(embedding__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(embedding__isnull=True)
+        return queryset
+
+
+class RecentValuesFilter(admin.SimpleListFilter):
+    """Exact match on a text column, offering the values seen in the newest episodes."""
+
+    field_name = ""
+
+    def lookups(self, request, model_admin):
+        recent = Episode.objects.order_by("-id").values_list("id", flat=True)[:RECENT_VALUES_SCAN]
+        values = (
+            Episode.objects.filter(id__in=recent)
+            .exclude(**{self.field_name: ""})
+            .order_by(self.field_name)
+            .values_list(self.field_name, flat=True)
+            .distinct()[:MAX_FILTER_CHOICES]
+        )
+        return [(v, v) for v in values]
+
+    def queryset(self, request, queryset):
+        if self.value() is not None:
+            return queryset.filter(**{self.field_name: self.value()})
+        return queryset
+
+
+class ActorFilter(RecentValuesFilter):
+    title = "actor"
+    parameter_name = "actor"
+    field_name = "actor"
+
+
+class EnvironmentFilter(RecentValuesFilter):
+    title = "environment"
+    parameter_name = "environment"
+    field_name = "environment"
+
+
+def _with_embedded(queryset):
+    return queryset.annotate(
+        has_embedding=ExpressionWrapper(Q(embedding__isnull=False), output_field=BooleanField())
+    )
+
+
+@admin.register(Episode)
+class EpisodeAdmin(ReadOnlyAdmin):
+    list_display = [
+        "occurred_at",
+        "short_summary",
+        "agent",
+        "actor",
+        "environment",
+        "outcome",
+        "session_id",
+        "embedded",
+    ]
+    list_filter = ["outcome", ActorFilter, EnvironmentFilter, EmbeddedFilter, "source_type"]
+    list_select_related = ["agent"]
+    search_fields = ["=id", "summary", "action", "observation", "session_id", "agent__name"]
+    date_hierarchy = "occurred_at"
+    ordering = ["-occurred_at", "-id"]
+    show_full_result_count = False
+    fieldsets = [
+        (None, {"fields": ["id", "agent", "occurred_at", "summary", "action", "observation"]}),
+        ("Outcome", {"fields": ["outcome", "score", "salience", "confidence"]}),
+        (
+            "Context",
+            {
+                "fields": [
+                    "actor",
+                    "environment",
+                    "session_id",
+                    "goal_id",
+                    "task_id",
+                    "entities",
+                    "related_ids",
+                    "source",
+                ]
+            },
+        ),
+        ("Provenance", {"fields": ["source_type", "authority", "raw_event", "created_at"]}),
+        ("Embedding", {"fields": ["embedded", "embedding_model", "embedded_at"]}),
+    ]
+    readonly_fields = [
+        "id",
+        "agent",
+        "occurred_at",
+        "summary",
+        "action",
+        "observation",
+        "outcome",
+        "score",
+        "salience",
+        "confidence",
+        "actor",
+        "environment",
+        "session_id",
+        "goal_id",
+        "task_id",
+        "entities",
+        "related_ids",
+        "source",
+        "source_type",
+        "authority",
+        "raw_event",
+        "created_at",
+        "embedded",
+        "embedding_model",
+        "embedded_at",
+    ]
+
+    def get_queryset(self, request):
+        # The vector (1.5 kB) and the full-text vector are never shown.
+        return _with_embedded(super().get_queryset(request)).defer("embedding", "search_vector")
+
+    @admin.display(description="summary")
+    def short_summary(self, obj: Episode) -> str:
+        return str(obj)
+
+    @admin.display(description="embedded", boolean=True, ordering="embedded_at")
+    def embedded(self, obj) -> bool:
+        return obj.has_embedding
+
+
+@admin.register(SourceChunk)
+class SourceChunkAdmin(ReadOnlyAdmin):
+    list_display = ["source", "ordinal", "agent", "char_start", "char_end", "embedded"]
+    list_filter = [EmbeddedFilter]
+    list_select_related = ["agent", "source"]
+    search_fields = ["=id", "=source__id", "text", "source__title", "agent__name"]
+    ordering = ["-id"]
+    show_full_result_count = False
+    readonly_fields = [
+        "id",
+        "agent",
+        "source",
+        "ordinal",
+        "text",
+        "char_start",
+        "char_end",
+        "created_at",
+        "embedded",
+        "embedding_model",
+        "embedded_at",
+    ]
+    fields = readonly_fields
+
+    def get_queryset(self, request):
+        qs = _with_embedded(super().get_queryset(request)).defer("embedding", "search_vector")
+        return qs.defer("source__content")
+
+    @admin.display(description="embedded", boolean=True, ordering="embedded_at")
+    def embedded(self, obj) -> bool:
+        return obj.has_embedding
+
+
+@admin.register(AbstentionCalibration)
+class AbstentionCalibrationAdmin(ReadOnlyAdmin):
+    list_display = [
+        "created_at",
+        "embedding_model",
+        "metric",
+        "threshold",
+        "dataset",
+        "sample_size",
+        "answerable_accuracy",
+        "unanswerable_accuracy",
+    ]
+    list_filter = ["embedding_model", "metric"]
+    search_fields = ["embedding_model", "dataset"]
+    ordering = ["-created_at"]
+    readonly_fields = [
+        "id",
+        "embedding_model",
+        "metric",
+        "threshold",
+        "dataset",
+        "sample_size",
+        "answerable_accuracy",
+        "unanswerable_accuracy",
+        "details",
+        "created_at",
+    ]
+    fields = readonly_fields

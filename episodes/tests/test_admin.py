@@ -1,0 +1,125 @@
+"""Episodes, chunks and calibrations are read-only in the admin; every page renders."""
+
+import pytest
+from django.urls import reverse
+
+from episodes.models import AbstentionCalibration, Episode, SourceChunk
+from episodes.services import episodes_embed
+from episodes.tests.factories import EpisodeFactory, HashEmbedder, SourceFactory, memory_state
+from piper.tenancy.tests.factories import AgentFactory
+
+pytestmark = pytest.mark.django_db
+
+DOC = "\n\n".join(
+    " ".join(f"Paragraph {p} sentence {s} explains one step of the runbook." for s in range(12))
+    for p in range(3)
+)
+
+
+@pytest.fixture
+def rows():
+    agent = AgentFactory(name="admin-view")
+    oom = EpisodeFactory(
+        agent=agent,
+        summary="batch job ran out of memory",
+        actor="ci",
+        environment="prod",
+        outcome="failure",
+        session_id="s-1",
+    )
+    deploy = EpisodeFactory(
+        agent=agent, summary="deployed the web app", actor="alice", outcome="success"
+    )
+    episodes_embed(episode_ids=[oom.pk], embedder=HashEmbedder())
+    source = SourceFactory(agent=agent, title="Runbook", content=DOC)
+    calibration = AbstentionCalibration.objects.create(
+        embedding_model="test/hash-embedder",
+        threshold=0.42,
+        metric="cosine",
+        dataset="unit test",
+        sample_size=10,
+        answerable_accuracy=1.0,
+        unanswerable_accuracy=0.9,
+    )
+    return {
+        "episode": oom,
+        "deploy": deploy,
+        "sourcechunk": SourceChunk.objects.filter(source=source).order_by("ordinal").first(),
+        "abstentioncalibration": calibration,
+    }
+
+
+MODELS = ["episode", "sourcechunk", "abstentioncalibration"]
+
+
+@pytest.mark.parametrize(
+    ("model", "count"), [("episode", 2), ("sourcechunk", 3), ("abstentioncalibration", 1)]
+)
+def test_changelist(admin_client, rows, model, count, django_assert_max_num_queries):
+    with django_assert_max_num_queries(12):  # list_select_related: no query per row
+        response = admin_client.get(reverse(f"admin:episodes_{model}_changelist"))
+    assert response.status_code == 200
+    assert response.context["cl"].result_count == count
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_change_page_is_view_only(admin_client, rows, model):
+    obj = rows[model]
+    response = admin_client.get(reverse(f"admin:episodes_{model}_change", args=[obj.pk]))
+    assert response.status_code == 200
+    assert response.context["has_change_permission"] is False
+    assert 'name="_save"' not in response.content.decode()
+
+
+def test_episode_page_shows_the_embedding_state_not_the_vector(admin_client, rows):
+    episode = rows["episode"]
+    page = admin_client.get(reverse("admin:episodes_episode_change", args=[episode.pk]))
+    html = page.content.decode()
+    assert "batch job ran out of memory" in html
+    assert "test/hash-embedder" in html
+    assert str(episode.raw_event_id) in html
+    assert str(HashEmbedder().vector(episode.embedding_text())[0])[:8] not in html
+
+
+def test_episode_filters_and_search(admin_client, rows):
+    url = reverse("admin:episodes_episode_changelist")
+
+    def found(params) -> set:
+        return {e.pk for e in admin_client.get(url, params).context["cl"].result_list}
+
+    oom, deploy = rows["episode"].pk, rows["deploy"].pk
+    assert found({"outcome": "failure"}) == {oom}
+    assert found({"actor": "alice"}) == {deploy}
+    assert found({"environment": "prod"}) == {oom}
+    assert found({"embedded": "yes"}) == {oom}
+    assert found({"embedded": "no"}) == {deploy}
+    assert found({"q": "memory"}) == {oom}
+    assert found({"q": "s-1"}) == {oom}
+    assert found({"q": str(deploy)}) == {deploy}
+    page = admin_client.get(url).content.decode()
+    # The actor and environment filters offer the values in use.
+    assert "?actor=alice" in page and "?actor=ci" in page and "?environment=prod" in page
+
+
+def test_chunk_filters_and_search(admin_client, rows):
+    url = reverse("admin:episodes_sourcechunk_changelist")
+    assert admin_client.get(url, {"q": '"Paragraph 2 sentence 0"'}).context["cl"].result_count == 1
+    assert admin_client.get(url, {"embedded": "no"}).context["cl"].result_count == 3
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_no_add(admin_client, model):
+    assert admin_client.get(reverse(f"admin:episodes_{model}_add")).status_code == 403
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_no_delete_and_no_change(admin_client, rows, model):
+    obj = rows[model]
+    before = memory_state()
+    delete = reverse(f"admin:episodes_{model}_delete", args=[obj.pk])
+    assert admin_client.get(delete).status_code == 403
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 403
+    change = reverse(f"admin:episodes_{model}_change", args=[obj.pk])
+    assert admin_client.post(change, {"summary": "forged"}).status_code == 403
+    assert memory_state() == before
+    assert Episode.objects.get(pk=rows["episode"].pk).summary == "batch job ran out of memory"
