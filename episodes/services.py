@@ -640,6 +640,7 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
         kept_columns = "id, embedding, embedding_model, embedded_at"
         where = agent_clause or "WHERE true"
         with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS episodes_rebuild_kept")
             cursor.execute(
                 "CREATE TEMP TABLE episodes_rebuild_kept ON COMMIT DROP AS "
                 f"SELECT 'episode'::text AS kind, {kept_columns} FROM {Episode._meta.db_table} "
@@ -675,6 +676,7 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
                     "FROM episodes_rebuild_kept AS k WHERE k.kind = %s AND t.id = k.id",
                     [kind],
                 )
+            cursor.execute("DROP TABLE episodes_rebuild_kept")
         agent_id = agent.pk if agent else None
         transaction.on_commit(lambda: _queue_backlog(agent_id), robust=True)
     return applied
