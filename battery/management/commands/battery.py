@@ -12,7 +12,7 @@ class Command(BaseCommand):
     help = "Run the Memory Battery (DESIGN.md §9), or list its suites. Exits 1 when a gate fails."
 
     def add_arguments(self, parser):
-        actions = parser.add_subparsers(dest="action", required=True, metavar="{run,list}")
+        actions = parser.add_subparsers(dest="action", required=True, metavar="{run,list,locomo}")
         run = actions.add_parser(
             "run", help="run suites, store the run, write JSON and HTML reports"
         )
@@ -36,11 +36,54 @@ class Command(BaseCommand):
             help="drive a running server over HTTP (default: in-process, full WSGI stack)",
         )
         actions.add_parser("list", help="list the registered suites")
+        locomo = actions.add_parser(
+            "locomo",
+            help="LoCoMo evidence recall@5/@10 per category (battery/locomo.py); stored as a run",
+        )
+        locomo.add_argument("--data", required=True, metavar="PATH", help="locomo10.json")
+        locomo.add_argument(
+            "--conversations", type=int, metavar="N", help="only the first N conversations"
+        )
+        locomo.add_argument(
+            "--limit-questions",
+            type=int,
+            metavar="N",
+            help="at most N questions of each conversation",
+        )
+        locomo.add_argument(
+            "--through",
+            choices=("search", "recall"),
+            default="search",
+            help="episode_search with abstention off (default), or recall's what_happened route",
+        )
 
     def handle(self, *args, action, **options):
         if action == "list":
             return self._list()
+        if action == "locomo":
+            return self._locomo(**options)
         return self._run(**options)
+
+    def _locomo(self, *, data, conversations, limit_questions, through, **options) -> None:
+        from battery.locomo import TARGET_R10, locomo_run, summary_table
+
+        try:
+            run, summary = locomo_run(
+                data=data,
+                conversations=conversations,
+                limit_questions=limit_questions,
+                through=through,
+                on_progress=lambda line: self.stdout.write(f"  {line}"),
+            )
+        except PiperError as exc:
+            raise CommandError(exc.message) from exc
+        for line in summary_table(summary):
+            self.stdout.write(line)
+        r10 = summary.overall["r10"]
+        verdict = self.style.SUCCESS("pass") if r10 >= TARGET_R10 else self.style.ERROR("below")
+        self.stdout.write(
+            f"battery run {run.pk}: overall R@10 {r10:.3f} {verdict} (target {TARGET_R10:g})"
+        )
 
     def _list(self) -> None:
         self.stdout.write(f"{'suite':<6}{'weight':>7}{'gate':>7}{'items':>7}  name")
