@@ -160,12 +160,15 @@ def embed_backlog(
     try:
         agent = uuid.UUID(agent_id) if agent_id else None
         deadline = time.monotonic() + time_budget_seconds
-        created_before = timezone.now() - timedelta(seconds=grace_seconds)
+        grace = timedelta(seconds=grace_seconds)
         since = None if agent else timezone.now() - CHUNK_SWEEP_WINDOW
-        for source in sources_unchunked(agent_id=agent, created_before=created_before, since=since):
+        for source in sources_unchunked(
+            agent_id=agent, created_before=timezone.now() - grace, since=since
+        ):
             done["sources"] += bool(source_chunk(source=source))
             if time.monotonic() > deadline:
                 return done
+        created_before = timezone.now() - grace
         embedders = {
             "episodes": lambda ids: episodes_embed(episode_ids=ids),
             "chunks": lambda ids: chunks_embed(chunk_ids=ids),
