@@ -307,3 +307,23 @@ def test_texts_follow_fact_writes_after_commit(celery_worker_process):
 
 def test_every_text_event_is_a_facts_event():
     assert all(t.startswith("facts.") for t in search.TEXT_EVENTS)
+
+
+@pytest.mark.django_db
+def test_the_command_indexes_facts_recorded_before_the_texts(agent):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    claim(agent, "Alice", "city", "Paris", at(2024))
+    claim(agent, "Bob", "city", "Rome", at(2024))
+    out = StringIO()
+    call_command("index_fact_texts", "--agent", agent.name, "--embed", "never", stdout=out)
+    assert out.getvalue().startswith("fact texts: 2 rendered, 2 new or changed, for 1 agent(s) in ")
+    assert texts(agent) == {
+        ("Alice", "city"): "city — Alice: Paris",
+        ("Bob", "city"): "city — Bob: Rome",
+    }
+    out = StringIO()
+    call_command("index_fact_texts", "--agent", str(agent.pk), "--embed", "never", stdout=out)
+    assert out.getvalue().startswith("fact texts: 2 rendered, 0 new or changed, for 1 agent(s) in ")

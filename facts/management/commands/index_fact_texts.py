@@ -1,0 +1,49 @@
+"""Render (and embed) the fact texts a plain question finds facts by — for facts
+recorded before the texts existed, or after a lost task. Idempotent."""
+
+import time
+import uuid
+
+from django.core.management.base import BaseCommand, CommandError
+
+from facts.search import fact_texts_refresh
+from piper.tenancy.models import Agent
+
+
+class Command(BaseCommand):
+    help = (
+        "Render every (subject, predicate) of every agent (or one) as its fact text and "
+        "embed the texts that changed. Unchanged texts are left alone."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--agent", help="agent name or id (default: every agent)")
+        parser.add_argument(
+            "--embed",
+            choices=["now", "later", "never"],
+            default="now",
+            help="now: embed here (default); later: queue the embedding tasks; never: text only",
+        )
+
+    def handle(self, *args, agent=None, embed="now", **options):
+        agents = [_agent(agent)] if agent else list(Agent.objects.order_by("name"))
+        started = time.perf_counter()
+        rendered = changed = 0
+        for target in agents:
+            result = fact_texts_refresh(agent_id=target.pk, embed=embed)
+            rendered += result.rendered
+            changed += len(result.changed)
+        self.stdout.write(
+            f"fact texts: {rendered} rendered, {changed} new or changed, for {len(agents)} "
+            f"agent(s) in {time.perf_counter() - started:.2f} s"
+        )
+
+
+def _agent(ref: str) -> Agent:
+    try:
+        agent = Agent.objects.filter(pk=uuid.UUID(ref)).first()
+    except ValueError:
+        agent = Agent.objects.filter(name=ref).first()
+    if agent is None:
+        raise CommandError(f"no agent {ref!r}")
+    return agent
