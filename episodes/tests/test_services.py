@@ -573,3 +573,95 @@ class TestEmbeddings:
         ) == sorted(e.pk for e in episodes)
         past = datetime.now(tz=T0.tzinfo) - timedelta(hours=1)
         assert list(selectors.embedding_backlog(kind="episodes", created_before=past)) == []
+
+
+# ------------------------------------------------------------------------ chunking
+
+
+def _document(rng, words) -> str:
+    paragraphs = []
+    for _ in range(rng.randint(1, 8)):
+        sentences = []
+        for _ in range(rng.randint(1, 12)):
+            length = rng.randint(1, 40) if rng.random() > 0.05 else rng.randint(100, 400)
+            sentence = " ".join(rng.choice(words) for _ in range(length))
+            sentences.append(sentence.capitalize() + rng.choice(".!?"))
+        paragraphs.append(" ".join(sentences) if rng.random() > 0.2 else "\n".join(sentences))
+    return ("\n\n" + " " * rng.randint(0, 2)).join(paragraphs)
+
+
+class TestChunking:
+    def test_passages_are_exact_bounded_and_cover_every_word(self):
+        import random
+
+        rng = random.Random(6)
+        words = [
+            "the",
+            "batch",
+            "job",
+            "ran",
+            "out",
+            "of",
+            "memory",
+            "halfway",
+            "through",
+            "and",
+            "the",
+            "kernel",
+            "killed",
+            "it",
+        ]
+        for _ in range(200):
+            text = _document(rng, words)
+            spans = chunking.split(text)
+            assert spans == chunking.split(text)  # deterministic
+            covered = set()
+            for span in spans:
+                passage = text[span.start : span.end]
+                assert passage and passage == passage.strip()
+                assert len(passage) <= chunking.TARGET_CHARS
+                covered.update(range(span.start, span.end))
+            assert {i for i, c in enumerate(text) if not c.isspace()} <= covered
+            for before, after in zip(spans, spans[1:], strict=False):
+                assert before.start < after.start and before.end < after.end
+                assert after.start >= before.end - chunking.OVERLAP_CHARS
+
+    def test_overlap_repeats_whole_sentences_within_a_paragraph(self):
+        text = " ".join(f"Sentence number {i} is here." for i in range(60))
+        spans = chunking.split(text)
+        assert len(spans) == 3
+        first, second = (text[s.start : s.end] for s in spans[:2])
+        repeated = text[spans[1].start : spans[0].end]
+        assert first.endswith(repeated) and second.startswith(repeated)
+        assert repeated.startswith("Sentence number") and repeated.endswith("is here.")
+        assert 0 < len(repeated) <= chunking.OVERLAP_CHARS
+
+    def test_a_new_paragraph_starts_a_new_passage_without_overlap(self):
+        paragraph = " ".join(f"Paragraph sentence {i} goes on for a while." for i in range(14))
+        text = f"{paragraph}\n\n{paragraph.replace('Paragraph', 'Second')}"
+        spans = chunking.split(text)
+        second = text.index("Second")
+        assert second in {s.start for s in spans}
+        assert not any(s.start < second < s.end for s in spans)
+
+    def test_a_heading_stays_with_what_follows(self):
+        body = " ".join(f"Step {i} checks the memory of worker {i}." for i in range(30))
+        text = f"Runbook\n\n{body}"
+        assert text[: chunking.split(text)[0].end].startswith("Runbook\n\nStep 0")
+
+    def test_a_sentence_longer_than_a_passage_is_cut_at_spaces_or_anywhere(self):
+        words = " ".join(f"w{i:04d}" for i in range(400))  # 2,399 characters, no full stop
+        spans = chunking.split(words)
+        assert [len(s) for s in spans] == [797, 797, 797, 5]
+        assert all(words[s.start : s.end].split()[0].startswith("w") for s in spans)
+        solid = "x" * 1700
+        assert [(s.start, s.end) for s in chunking.split(solid)] == [
+            (0, 800),
+            (800, 1600),
+            (1600, 1700),
+        ]
+
+    def test_nothing_to_split(self):
+        assert chunking.split("") == []
+        assert chunking.split(" \n\n \t") == []
+        assert chunking.split("  Hello.  ") == [chunking.Span(2, 8)]
