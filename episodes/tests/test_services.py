@@ -665,3 +665,40 @@ class TestChunking:
         assert chunking.split("") == []
         assert chunking.split(" \n\n \t") == []
         assert chunking.split("  Hello.  ") == [chunking.Span(2, 8)]
+
+
+# --------------------------------------------------------------------- concurrency
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_chunking_of_one_source_writes_once():
+    """The ingest request and the hook's task (or two deliveries of it) race: the lock on
+    the source row lets one write; the other finds the chunks and writes nothing."""
+    import threading
+
+    from django.db import connections
+
+    agent = AgentFactory(name="race")
+    source, _ = source_register(agent=agent, title="Doc", content=DOC)
+    barrier = threading.Barrier(4)
+    written: list[int] = []
+    errors: list[BaseException] = []
+
+    def chunk():
+        try:
+            barrier.wait(timeout=30)
+            written.append(len(source_chunk(source=Source.objects.get(pk=source.pk))))
+        except BaseException as exc:  # noqa: BLE001 — reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=chunk) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert sorted(written) == [0, 0, 0, 3]
+    assert SourceChunk.objects.filter(source=source).count() == 3
+    assert len(events_of(agent, SOURCE_CHUNKED)) == 1
