@@ -38,6 +38,7 @@ MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 50
 MAX_TRACE_CANDIDATES = 50
 MAX_NOTE_CHARS = 2000
+HISTORY_NEAR_MISSES = 3  # pairs with nothing current whose past value is shown
 FEEDBACK_EVENT = "recall.feedback"
 PATH_NAMESPACE = uuid.UUID("6f1d3c1e-5b7a-4f0e-9c43-2f6a1d0b8e57")
 CURRENT, SUPERSEDED, CONTESTED, NOT_APPLICABLE = "current", "superseded", "contested", "n/a"
@@ -269,7 +270,7 @@ def _current_fact(ask: Ask) -> Answer:
         agent=ask.agent, query=ask.query, query_embedding=ask.vector.get(), limit=ask.limit
     )
     current: list[Evidence] = []
-    history: list[Evidence] = []
+    looked_up = []
     traced = []
     for candidate in candidates:
         subject, predicate, believed = facts.facts_valid_at_by_ref(
@@ -278,6 +279,7 @@ def _current_fact(ask: Ask) -> Answer:
             predicate_name=candidate.predicate_name,
             valid_time=ask.now,
         )
+        looked_up.append((candidate, subject, predicate, bool(believed)))
         traced.append(
             {
                 "kind": "fact_text",
@@ -300,6 +302,19 @@ def _current_fact(ask: Ask) -> Answer:
                     signals=candidate.signals,
                 )
             )
+    evidence = current[: ask.limit]
+    # What the pairs held before: after the current values, in their order, in
+    # the room the limit leaves — or, with nothing current, as near misses.
+    if evidence:
+        kept = {(e.obj.subject_id, e.obj.predicate_id) for e in evidence}
+        pairs = [x for x in looked_up if x[3] and (x[1].pk, x[2].pk) in kept]
+        room = ask.limit - len(evidence)
+    else:
+        pairs, room = looked_up, min(ask.limit, HISTORY_NEAR_MISSES)
+    history: list[Evidence] = []
+    for candidate, subject, predicate, _ in pairs:
+        if len(history) >= room:
+            break
         # The latest believed value whose valid time has ended: what it was before.
         ended = (
             facts.fact_chain(agent=ask.agent, subject=subject, predicate=predicate)
@@ -317,16 +332,9 @@ def _current_fact(ask: Ask) -> Answer:
                     signals=candidate.signals,
                 )
             )
-    evidence = current[: ask.limit]
     if not evidence:
-        return Answer(evidence=[], near_misses=history[: ask.limit], candidates=traced)
-    kept_pairs = {(e.obj.subject_id, e.obj.predicate_id) for e in evidence}
-    history = [h for h in history if (h.obj.subject_id, h.obj.predicate_id) in kept_pairs]
-    return Answer(
-        evidence=evidence + history[: max(0, ask.limit - len(evidence))],
-        candidates=traced,
-        abstained=False,
-    )
+        return Answer(evidence=[], near_misses=history, candidates=traced)
+    return Answer(evidence=evidence + history, candidates=traced, abstained=False)
 
 
 # ---------------------------------------------------------------- episodes & co.

@@ -105,6 +105,17 @@ class TestCurrentFact:
         )
         assert RetrievalTrace.objects.get(pk=result.trace.pk).abstained is True
 
+    def test_a_value_that_ended_is_only_a_superseded_near_miss(self, agent):
+        from facts.search import fact_texts_refresh
+
+        claim(agent, "Alice", "city", "Paris", at(2020), at(2023))
+        fact_texts_refresh(agent_id=agent.pk, embed="now")
+        result = recall(agent=agent, query="Which city does Alice live in now?")
+        assert (result.abstained, result.evidence) == (True, [])
+        assert [(e.text, e.memory_status["currentness"]) for e in result.near_misses] == [
+            ("city — Alice: Paris", "superseded")
+        ]
+
     def test_another_agents_facts_are_not_evidence(self, agent):
         deployment_window(AgentFactory())
         result = recall(agent=agent, query="When is our deployment window now?")
