@@ -327,3 +327,48 @@ def test_the_command_indexes_facts_recorded_before_the_texts(agent):
     out = StringIO()
     call_command("index_fact_texts", "--agent", str(agent.pk), "--embed", "never", stdout=out)
     assert out.getvalue().startswith("fact texts: 2 rendered, 0 new or changed, for 1 agent(s) in ")
+
+
+@pytest.mark.django_db
+def test_a_filtered_index_scan_still_finds_every_text_of_the_agent(agent):
+    """An HNSW scan filtered to one agent can stop short of `limit` (ef_search rows are
+    read, most of them another agent's); the iterative scan keeps reading."""
+    import random
+
+    from facts.search import _vector_ranked
+
+    other = AgentFactory()
+    for n in range(400):
+        claim(other, f"thing {n}", "colour", f"colour {n}", at(2024))
+    for n in range(6):
+        claim(agent, f"mine {n}", "colour", f"shade {n}", at(2024))
+    fact_texts_refresh(agent_id=agent.pk, embed="never")
+    fact_texts_refresh(agent_id=other.pk, embed="never")
+    rng = random.Random(7)
+    with connection.cursor() as cursor:
+        for text_id in FactText.objects.values_list("pk", flat=True):
+            vector = [rng.gauss(0, 1) for _ in range(384)]
+            norm = sum(x * x for x in vector) ** 0.5
+            cursor.execute(
+                "UPDATE facts_facttext SET embedding = %s::vector, embedding_model = 'synthetic' "
+                "WHERE id = %s",
+                ["[" + ",".join(str(x / norm) for x in vector) + "]", text_id],
+            )
+    query = [rng.gauss(0, 1) for _ in range(384)]
+    literal = "[" + ",".join(str(x) for x in query) + "]"
+    mine = set(FactText.objects.filter(agent=agent).values_list("pk", flat=True))
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # as at scale: through the index
+        cursor.execute("SET LOCAL enable_sort = off")
+        # The plain filtered scan, for contrast: it loses most of this agent's rows.
+        cursor.execute(
+            "SELECT id FROM facts_facttext WHERE agent_id = %s AND embedding IS NOT NULL "
+            "ORDER BY embedding <=> %s::vector LIMIT 20",
+            [agent.pk, literal],
+        )
+        assert len(cursor.fetchall()) < 6
+        found = _vector_ranked(agent, query, 20)
+        cursor.execute("SHOW hnsw.iterative_scan")
+        assert cursor.fetchone()[0] == "off"  # put back after the statement
+    assert {i for i, _ in found} == mine
+    assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
