@@ -23,7 +23,7 @@ from piper.errors import PiperError
 from piper.provenance import SourceType
 
 from . import selectors, services
-from .models import AuthorityPolicy, Entity, EntityAlias, Fact, FactEvidence, Predicate
+from .models import AuthorityPolicy, Entity, EntityAlias, Fact, FactEvidence, FactText, Predicate
 
 
 class ReadOnlyMixin:
@@ -352,3 +352,41 @@ class AuthorityPolicyAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description="precedence (most trusted first)")
     def precedence(self, policy: AuthorityPolicy) -> str:
         return " > ".join(policy.order)
+
+
+class EmbeddedFilter(admin.SimpleListFilter):
+    title = "embedding"
+    parameter_name = "embedded"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "embedded"), ("no", "waiting for its embedding")]
+
+    def queryset(self, request, queryset):
+        if self.value() in ("yes", "no"):
+            return queryset.filter(embedding__isnull=self.value() == "no")
+        return queryset
+
+
+@admin.register(FactText)
+class FactTextAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """The words a plain question finds a fact by (facts/search.py): an index, read-only."""
+
+    list_display = ["text", "agent", "embedding_model", "rendered_at", "embedded_at"]
+    list_filter = [EmbeddedFilter, "embedding_model"]
+    list_select_related = ["agent"]
+    search_fields = ["text", "agent__name"]
+    ordering = ["-rendered_at"]
+    fields = [
+        "id",
+        "agent",
+        "subject",
+        "predicate",
+        "text",
+        "embedding_model",
+        "rendered_at",
+        "embedded_at",
+    ]
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("embedding", "search_vector")

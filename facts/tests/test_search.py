@@ -372,3 +372,21 @@ def test_a_filtered_index_scan_still_finds_every_text_of_the_agent(agent):
         assert cursor.fetchone()[0] == "off"  # put back after the statement
     assert {i for i, _ in found} == mine
     assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
+
+
+@pytest.mark.django_db
+def test_the_fact_texts_in_the_admin(client, agent):
+    from django.contrib.auth.models import User
+    from django.urls import reverse
+
+    claim(agent, "Alice", "city", "Paris", at(2024))
+    fact_texts_refresh(agent_id=agent.pk, embed="never")
+    client.force_login(User.objects.create_superuser("op", "op@example.com", "pw"))
+    changelist = client.get(reverse("admin:facts_facttext_changelist"), {"embedded": "no"})
+    assert changelist.status_code == 200
+    assert "city — Alice: Paris" in changelist.content.decode()
+    embedded = client.get(reverse("admin:facts_facttext_changelist"), {"embedded": "yes"})
+    assert "city — Alice: Paris" not in embedded.content.decode()
+    row = FactText.objects.get(agent=agent)
+    assert client.get(reverse("admin:facts_facttext_change", args=[row.pk])).status_code == 200
+    assert client.get(reverse("admin:facts_facttext_add")).status_code == 403
