@@ -413,6 +413,12 @@ class TestSourceRegister:
         )
         assert (source.content_hash, source.content, created) == (digest, "", True)
 
+    def test_a_uri_longer_than_an_event_source_ref_is_kept_whole_on_the_source(self):
+        uri = "https://example.com/" + "a" * 1500
+        source, created = source_register(agent=AgentFactory(), title="Long", content="x", uri=uri)
+        assert (created, source.uri, source.source_event.payload["uri"]) == (True, uri, uri)
+        assert source.source_event.source_ref == ""
+
     def test_same_content_for_two_agents_is_two_sources(self):
         a, b = AgentFactory(), AgentFactory()
         first, _ = source_register(agent=a, title="A", content="shared")
