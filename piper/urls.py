@@ -17,6 +17,7 @@ urlpatterns = [
     path("api/v1/", include("intentions.urls")),
     path("api/v1/", include("piper.recall.urls")),
     path("api/v1/", include("episodes.urls")),
+    path("api/v1/", include("episodes.search_urls")),
 ]
 
 handler404 = "piper.api.views.not_found"

@@ -1,0 +1,928 @@
+"""Hybrid retrieval over episodes and source chunks, with abstention (DESIGN.md §5).
+
+`episode_search` answers "what happened when…?" and "have I seen this
+before?"; `chunk_search` finds passages of registered documents. Both are
+scoped to one agent and combine ranked candidate lists by reciprocal rank
+fusion (RRF: score = Σ weight / (RRF_K + position)):
+
+* **text** — PostgreSQL full text over `search_vector`. The query's lexemes
+  are OR-ed (plainto_tsquery would AND every word, and a natural question
+  rarely shares all its words with the answer), and each lexeme's
+  `ts_rank` is weighted by its inverse document frequency, which PostgreSQL's
+  ranking lacks: a match on "oom" counts for more than one on "task".
+  Frequencies come from the planner's statistics (`pg_stats`), cached.
+* **vector** — cosine distance over `embedding`. When the agent's (filtered)
+  rows are few, an exact scan; otherwise the HNSW index with pgvector's
+  iterative scan (`hnsw.iterative_scan = relaxed_order`), so the agent and
+  filter conditions cannot starve the result (a plain filtered HNSW scan sees
+  only ef_search neighbours of every agent and returns what is left of them),
+  re-ordered by true distance; and if the index still returns too few rows,
+  an exact scan. Settings are put back afterwards, also inside a caller's
+  transaction.
+* **recency** — newer first, a small weight; `recency` in the signals is
+  exp-decay with RECENCY_HALF_LIFE_DAYS.
+* **entities** — episodes sharing names in `SearchFilters.entities` (also
+  brought in as candidates).
+
+Filters (actor, environment, session, goal, task, outcome, time window) apply
+inside every list. Rows without an embedding are still found by full text.
+
+Abstention: each candidate's *evidence* is its cosine similarity plus
+COVERAGE_WEIGHT × the IDF-weighted share of query lexemes it contains (a row
+without an embedding yet: coverage alone, × UNEMBEDDED_COVERAGE_EVIDENCE). When
+the best evidence is below the threshold — the newest `AbstentionCalibration`
+for the embedder in use and EVIDENCE_METRIC, else DEFAULT_ABSTENTION_THRESHOLD —
+the result is abstained: no hits, the best candidates as near misses. Every
+result says which threshold and model applied.
+
+Each signal is one function (`_text_list`, `_vector_list`, `_recency_list`,
+`_entity_list`), and SIGNAL_WEIGHTS holds the fusion weights, so a new signal
+is a new function and a weight.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from piper.errors import InvalidInput
+from piper.tenancy.models import Agent
+
+from .models import TEXT_SEARCH_CONFIG, AbstentionCalibration, Episode, Outcome, SourceChunk
+
+# ---------------------------------------------------------------- constants
+
+MAX_QUERY_CHARS = 2_000
+MAX_LIMIT = 100
+# Lexemes a query keeps (the rarest, when it has more).
+MAX_QUERY_LEXEMES = 24
+
+# Reciprocal rank fusion: score = Σ SIGNAL_WEIGHTS[s] × contribution / (RRF_K + position
+# in s), from 1. 20 rather than the usual 60: top positions count for more (on
+# LoCoMo and the calibration set alike).
+RRF_K = 20
+SIGNAL_WEIGHTS: dict[str, float] = {
+    "text": 1.5,
+    "vector": 1.0,
+    "entities": 0.5,
+    "recency": 0.05,
+}
+# A text match contributes coverage ** TEXT_COVERAGE_POWER of the text weight.
+TEXT_COVERAGE_POWER = 2
+# Each list offers this many candidates per requested hit (at least MIN_CANDIDATES).
+CANDIDATES_PER_HIT = 3
+MIN_CANDIDATES = 30
+MAX_CANDIDATES = 300
+
+RECENCY_HALF_LIFE_DAYS = 30.0
+
+# Vector search. At most EXACT_SCAN_MAX_ROWS rows of the agent (after the
+# agent/session/time filters, which have indexes): compare with every one.
+EXACT_SCAN_MAX_ROWS = 2_000
+HNSW_EF_SEARCH = 100
+# How far an iterative scan may walk the graph before giving up (pgvector's default).
+HNSW_MAX_SCAN_TUPLES = 20_000
+
+# Full text: lexemes in more than this share of all rows (planner statistics)
+# only re-rank candidates; they do not bring rows in, unless the query has no
+# rarer lexeme (then rows holding two of its POOL_PAIR_LEXEMES rarest do).
+POOL_MAX_FREQUENCY = 0.02
+POOL_PAIR_LEXEMES = 4
+# The text candidates are ranked among at most this many matching rows.
+POOL_MAX_ROWS = 5_000
+ROW_COUNT_CACHE_SECONDS = 60.0
+# ts_rank normalization 1: divide by 1 + log(document length).
+TS_RANK_NORMALIZATION = 1
+STATS_CACHE_SECONDS = 300.0
+
+# Abstention.
+EVIDENCE_METRIC = "cosine+0.25*idf_coverage"
+COVERAGE_WEIGHT = 0.25
+# A row without an embedding yet: evidence = this × its IDF-weighted coverage.
+UNEMBEDDED_COVERAGE_EVIDENCE = 0.8
+# Used until `calibrate_abstention` has recorded a threshold for the embedder
+# in use: measured on episodes/calibration_set.json with all-MiniLM-L6-v2.
+DEFAULT_ABSTENTION_THRESHOLD = 0.45
+NEAR_MISSES = 5
+
+
+# ------------------------------------------------------------- public types
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    actor: str | None = None
+    environment: str | None = None
+    session_id: str | None = None
+    goal_id: str | None = None
+    task_id: str | None = None
+    outcome: str | None = None
+    occurred_after: datetime | None = None  # inclusive
+    occurred_before: datetime | None = None  # exclusive
+    entities: tuple[str, ...] = ()  # boosts episodes sharing them (not a hard filter)
+
+
+@dataclass(frozen=True)
+class Hit:
+    kind: str  # "episode" | "chunk"
+    obj: Episode | SourceChunk
+    score: float  # fused score (reciprocal rank fusion)
+    signals: dict[str, float | int | None]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    hits: list[Hit]  # best first, at most `limit`; [] when abstained
+    abstained: bool
+    near_misses: list[Hit]
+    threshold: float
+    evidence_score: float | None
+    embedding_model: str
+    # Where the threshold came from: an AbstentionCalibration id, or "default".
+    threshold_source: str = "default"
+    metric: str = EVIDENCE_METRIC
+    # How the vector list was found: "exact", "hnsw", "hnsw+exact" (the index
+    # returned too few rows), or "none" (no embedding to compare with).
+    vector_strategy: str = "none"
+    lexemes: tuple[str, ...] = ()
+
+    def by_session(self) -> list[dict]:
+        """The hits grouped for multi-session synthesis.
+
+        Episodes by session_id, chunks by source; each group's hits in time
+        (document) order; groups in order of their first hit. Each group:
+        {"session_id", "source_id", "first_at", "last_at", "best_score", "hits"}.
+        """
+        groups: dict[tuple[str, str], list[Hit]] = {}
+        for hit in self.hits:
+            groups.setdefault(_group_key(hit), []).append(hit)
+        out = []
+        for (kind, key), hits in groups.items():
+            hits = sorted(hits, key=_time_key)
+            if kind == "episode":
+                first, last = hits[0].obj.occurred_at, hits[-1].obj.occurred_at
+            else:
+                first = last = None
+            out.append(
+                {
+                    "session_id": key if kind == "episode" else None,
+                    "source_id": uuid.UUID(key) if kind == "chunk" else None,
+                    "first_at": first,
+                    "last_at": last,
+                    "best_score": max(h.score for h in hits),
+                    "hits": hits,
+                }
+            )
+        out.sort(key=lambda g: (g["first_at"] is None, g["first_at"] or 0, -g["best_score"]))
+        return out
+
+
+def _group_key(hit: Hit) -> tuple[str, str]:
+    if hit.kind == "episode":
+        return ("episode", hit.obj.session_id)
+    return ("chunk", str(hit.obj.source_id))
+
+
+def _time_key(hit: Hit):
+    if hit.kind == "episode":
+        return (hit.obj.occurred_at, str(hit.obj.pk))
+    return (hit.obj.ordinal, 0)
+
+
+# ------------------------------------------------------------ validation
+
+
+def _clean_query(query: str) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInput("q: the query must not be empty", details={"q": ["required"]})
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidInput(
+            f"q: at most {MAX_QUERY_CHARS:,} characters; shorten the query",
+            details={"q": [f"{len(query):,} characters sent"]},
+        )
+    return query.strip()
+
+
+def _check_limit(limit: int) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidInput(
+            f"limit: must be an integer from 1 to {MAX_LIMIT}", details={"limit": [str(limit)]}
+        )
+
+
+def _check_filters(filters: SearchFilters) -> None:
+    from .selectors import time_window_check
+
+    for name in ("occurred_after", "occurred_before"):
+        moment = getattr(filters, name)
+        if moment is not None and timezone.is_naive(moment):
+            raise InvalidInput(
+                f"{name}: must carry a time zone, e.g. 2026-01-31T09:00:00Z",
+                details={name: ["naive date-time"]},
+            )
+    time_window_check(filters.occurred_after, filters.occurred_before)
+    if filters.outcome is not None and filters.outcome not in Outcome.values:
+        raise InvalidInput(
+            f"outcome: must be one of {Outcome.values}", details={"outcome": [filters.outcome]}
+        )
+
+
+def _check_embedding(query_embedding: Sequence[float] | None, dimension: int) -> None:
+    if query_embedding is not None and len(query_embedding) != dimension:
+        raise InvalidInput(
+            f"query_embedding: must have {dimension} numbers",
+            details={"query_embedding": [f"{len(query_embedding)} given"]},
+        )
+
+
+# ------------------------------------------------------- lexeme statistics
+
+_cache_lock = threading.Lock()
+_frequency_cache: dict[str, tuple[float, dict[str, float]]] = {}
+_count_cache: dict[tuple[str, uuid.UUID], tuple[float, int]] = {}
+
+
+def _global_frequencies(table: str) -> dict[str, float]:
+    """lexeme → share of all rows of `table` containing it, for the lexemes the
+    planner's statistics list as most common (pg_stats), cached for
+    STATS_CACHE_SECONDS; {} for a table never analysed."""
+    now = time.monotonic()
+    cached = _frequency_cache.get(table)
+    if cached is not None and now - cached[0] < STATS_CACHE_SECONDS:
+        return cached[1]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT most_common_elems::text::text[], most_common_elem_freqs"
+            "  FROM pg_stats WHERE schemaname = current_schema()"
+            "   AND tablename = %s AND attname = 'search_vector'",
+            [table],
+        )
+        row = cursor.fetchone()
+    frequencies = dict(zip(row[0], row[1], strict=False)) if row and row[0] and row[1] else {}
+    with _cache_lock:
+        _frequency_cache[table] = (now, frequencies)
+    return frequencies
+
+
+def _agent_rows(table: str, agent: Agent) -> int:
+    """How many rows the agent has in `table` (the N of inverse document
+    frequency), cached for ROW_COUNT_CACHE_SECONDS."""
+    now = time.monotonic()
+    key = (table, agent.pk)
+    cached = _count_cache.get(key)
+    if cached is not None and now - cached[0] < ROW_COUNT_CACHE_SECONDS:
+        return cached[1]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {table} WHERE agent_id = %s", [agent.pk])
+        count = cursor.fetchone()[0]
+    with _cache_lock:
+        if len(_count_cache) > 10_000:
+            _count_cache.clear()
+        _count_cache[key] = (now, count)
+    return count
+
+
+def forget_statistics() -> None:
+    """Drop the cached frequencies and row counts (after ANALYZE or a bulk load)."""
+    with _cache_lock:
+        _frequency_cache.clear()
+        _count_cache.clear()
+
+
+@dataclass(frozen=True)
+class _Lexeme:
+    text: str
+    # Share of all rows containing it, when the statistics list it as common.
+    common_frequency: float | None
+
+
+def _lexemes(texts: list[str], table: str) -> list[_Lexeme]:
+    frequencies = _global_frequencies(table)
+    out = [_Lexeme(t, frequencies.get(t)) for t in texts]
+    if len(out) > MAX_QUERY_LEXEMES:
+        # The rarest first: an uncommon lexeme (None) before any common one.
+        rarest = sorted(out, key=lambda lx: lx.common_frequency or 0.0)[:MAX_QUERY_LEXEMES]
+        out = [lx for lx in out if lx in rarest]
+    return out
+
+
+def _pool_query(lexemes: list[_Lexeme]) -> str:
+    """The tsquery whose matches become text candidates.
+
+    Every lexeme the statistics do not list as common above POOL_MAX_FREQUENCY
+    (all of them, without statistics); when there is none, rows holding two of
+    the POOL_PAIR_LEXEMES rarest; a lone common lexeme on its own. The others
+    still count in each candidate's rank."""
+    rare = [lx for lx in lexemes if (lx.common_frequency or 0.0) <= POOL_MAX_FREQUENCY]
+    if rare:
+        return " | ".join(_tsquery_literal(lx.text) for lx in rare)
+    common = sorted(lexemes, key=lambda lx: lx.common_frequency)[:POOL_PAIR_LEXEMES]
+    if len(common) == 1:
+        return _tsquery_literal(common[0].text)
+    return " | ".join(
+        f"({_tsquery_literal(a.text)} & {_tsquery_literal(b.text)})"
+        for i, a in enumerate(common)
+        for b in common[i + 1 :]
+    )
+
+
+def _tsquery_literal(text: str) -> str:
+    # One quoted lexeme: inside quotes tsquery reads \ as an escape and '' as '.
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _vector_literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+# --------------------------------------------------------- the SQL pieces
+
+
+@dataclass
+class _Spec:
+    """What differs between the episode and the chunk search."""
+
+    kind: str
+    model: type
+    table: str
+    where: list[str]  # conditions on alias e, in every list
+    indexed_where: list[str]  # the part an index answers: counts the exact scan's rows
+    params: dict[str, Any]
+    columns: list[str]  # loaded columns, in concrete-field order
+
+    @property
+    def where_sql(self) -> str:
+        return " AND ".join(self.where)
+
+
+def _loaded_columns(model: type) -> list[str]:
+    skip = {"search_vector", "embedding"}
+    return [f.column for f in model._meta.concrete_fields if f.column not in skip]
+
+
+def _episode_spec(agent: Agent, filters: SearchFilters) -> _Spec:
+    where = ["e.agent_id = %(agent)s"]
+    indexed = ["e.agent_id = %(agent)s"]
+    params: dict[str, Any] = {"agent": agent.pk}
+    for name in ("actor", "environment", "session_id", "goal_id", "task_id", "outcome"):
+        value = getattr(filters, name)
+        if value is not None:
+            where.append(f"e.{name} = %(f_{name})s")
+            params[f"f_{name}"] = value
+            if name == "session_id":
+                indexed.append(where[-1])
+    if filters.occurred_after is not None:
+        where.append("e.occurred_at >= %(f_after)s")
+        indexed.append(where[-1])
+        params["f_after"] = filters.occurred_after
+    if filters.occurred_before is not None:
+        where.append("e.occurred_at < %(f_before)s")
+        indexed.append(where[-1])
+        params["f_before"] = filters.occurred_before
+    return _Spec(
+        "episode", Episode, Episode._meta.db_table, where, indexed, params, _loaded_columns(Episode)
+    )
+
+
+def _chunk_spec(agent: Agent, source_id: uuid.UUID | None) -> _Spec:
+    where = ["e.agent_id = %(agent)s"]
+    params: dict[str, Any] = {"agent": agent.pk}
+    if source_id is not None:
+        where.append("e.source_id = %(f_source)s")
+        params["f_source"] = source_id
+    return _Spec(
+        "chunk",
+        SourceChunk,
+        SourceChunk._meta.db_table,
+        where,
+        list(where),
+        params,
+        _loaded_columns(SourceChunk),
+    )
+
+
+def _text_ctes(spec: _Spec, lexemes: list[_Lexeme], agent_rows: int, k: int) -> str:
+    """The pool of rows matching `_pool_query` (at most POOL_MAX_ROWS); each
+    lexeme's document frequency among them (or, for a lexeme outside the pool,
+    from the statistics); BM25's inverse document frequency from those; and
+    the K best rows by Σ idf × ts_rank, with their IDF-weighted coverage."""
+    spec.params.update(
+        pool=_pool_query(lexemes), pool_max=POOL_MAX_ROWS, k_text=k, n_rows=max(agent_rows, 1)
+    )
+    counts, weights, rank, coverage = [], [], [], []
+    for i, lx in enumerate(lexemes):
+        spec.params[f"lx{i}"] = _tsquery_literal(lx.text)
+        if lx.common_frequency is not None and lx.common_frequency > POOL_MAX_FREQUENCY:
+            spec.params[f"df{i}"] = lx.common_frequency * agent_rows
+            counts.append(f"%(df{i})s::float8 AS d{i}")
+        else:
+            counts.append(
+                f"count(*) FILTER (WHERE p.search_vector @@ %(lx{i})s::tsquery)::float8 AS d{i}"
+            )
+        weights.append(f"ln(1 + (greatest(%(n_rows)s, d{i}) - d{i} + 0.5) / (d{i} + 0.5)) AS w{i}")
+        rank.append(
+            f"w.w{i} * ts_rank(p.search_vector, %(lx{i})s::tsquery, {TS_RANK_NORMALIZATION})"
+        )
+        coverage.append(f"CASE WHEN p.search_vector @@ %(lx{i})s::tsquery THEN w.w{i} ELSE 0 END")
+    total = " + ".join(f"w.w{i}" for i in range(len(lexemes)))
+    dfs = ", ".join(f"d{i}" for i in range(len(lexemes)))
+    return (
+        f"""
+pool AS MATERIALIZED (
+    SELECT e.id, e.search_vector FROM {spec.table} e
+     WHERE {spec.where_sql} AND e.search_vector @@ %(pool)s::tsquery
+     LIMIT %(pool_max)s
+),
+freq AS MATERIALIZED (SELECT {", ".join(counts)} FROM pool p),
+weights AS MATERIALIZED (SELECT {", ".join(weights)}, ARRAY[{dfs}] AS dfs FROM freq),
+text_hits AS MATERIALIZED (
+    SELECT p.id, ({" + ".join(rank)}) AS rank
+      FROM pool p CROSS JOIN weights w
+     ORDER BY rank DESC, p.id
+     LIMIT %(k_text)s
+)""",
+        f"(({' + '.join(coverage).replace('p.search_vector', 'e.search_vector')}) / nullif({total}, 0))::float8",
+    )
+
+
+def _vector_ctes(spec: _Spec, k: int) -> str:
+    """An exact scan when the indexed filters leave at most EXACT_SCAN_MAX_ROWS
+    rows, otherwise the HNSW index with an iterative scan; only one of the two
+    runs (the other's one-time filter is false)."""
+    spec.params.update(k_vec=k, exact_max=EXACT_SCAN_MAX_ROWS, exact_cap=EXACT_SCAN_MAX_ROWS + 1)
+    return f"""
+vec_rows AS MATERIALIZED (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM {spec.table} e WHERE {" AND ".join(spec.indexed_where)} LIMIT %(exact_cap)s
+    ) counted
+),
+vec_exact AS MATERIALIZED (
+    SELECT e.id, e.embedding <=> %(qv)s::vector AS distance
+      FROM {spec.table} e
+     WHERE (SELECT n FROM vec_rows) <= %(exact_max)s
+       AND {spec.where_sql} AND e.embedding IS NOT NULL
+     ORDER BY (e.embedding <=> %(qv)s::vector) + 0, e.id
+     LIMIT %(k_vec)s
+),
+vec_ann AS MATERIALIZED (
+    SELECT e.id, e.embedding <=> %(qv)s::vector AS distance
+      FROM {spec.table} e
+     WHERE (SELECT n FROM vec_rows) > %(exact_max)s AND {spec.where_sql}
+     ORDER BY e.embedding <=> %(qv)s::vector
+     LIMIT %(k_vec)s
+),
+vec_hits AS (SELECT id, distance FROM vec_exact UNION ALL SELECT id, distance FROM vec_ann)"""
+
+
+def _exact_vector_sql(spec: _Spec) -> str:
+    return f"""
+SELECT e.id, e.embedding <=> %(qv)s::vector AS distance
+  FROM {spec.table} e
+ WHERE {spec.where_sql} AND e.embedding IS NOT NULL
+ ORDER BY (e.embedding <=> %(qv)s::vector) + 0, e.id
+ LIMIT %(k_vec)s"""
+
+
+_SHARED_SQL = (
+    "cardinality(ARRAY(SELECT unnest(e.entities::text[])"
+    " INTERSECT SELECT unnest(%(entities)s::text[])))"
+)
+
+
+def _entity_cte(spec: _Spec, entities: Sequence[str], k: int) -> str:
+    spec.params.update(entities=list(entities), k_ent=k)
+    return f"""
+entity_hits AS MATERIALIZED (
+    SELECT e.id, {_SHARED_SQL} AS shared
+      FROM {spec.table} e
+     WHERE {spec.where_sql} AND e.entities::text[] && %(entities)s::text[]
+     ORDER BY shared DESC, e.occurred_at DESC, e.id
+     LIMIT %(k_ent)s
+)"""
+
+
+# Extra columns after the model's, in this order.
+_EXTRA = ("text_rank", "distance", "shared", "coverage", "embedded", "vec_rows", "dfs")
+
+
+def _statement(
+    spec: _Spec,
+    lexemes: list[_Lexeme],
+    agent_rows: int,
+    vector: Sequence[float] | None,
+    entities: Sequence[str],
+    k: int,
+) -> str:
+    ctes, sources, joins = [], [], []
+    coverage = "NULL::float8"
+    if lexemes:
+        text_sql, coverage = _text_ctes(spec, lexemes, agent_rows, k)
+        ctes.append(text_sql)
+        sources.append("SELECT id FROM text_hits")
+        joins.append("LEFT JOIN text_hits t ON t.id = e.id CROSS JOIN weights w")
+    if vector is not None:
+        spec.params["qv"] = _vector_literal(vector)
+        ctes.append(_vector_ctes(spec, k))
+        sources.append("SELECT id FROM vec_hits")
+        joins.append("LEFT JOIN vec_hits v ON v.id = e.id")
+    if entities:
+        ctes.append(_entity_cte(spec, entities, k))
+        sources.append("SELECT id FROM entity_hits")
+        joins.append("LEFT JOIN entity_hits n ON n.id = e.id")
+    extra = [
+        "t.rank" if lexemes else "NULL::float8",
+        "v.distance" if vector is not None else "NULL::float8",
+        "n.shared" if entities else "NULL::int",
+        coverage,
+        "e.embedding IS NOT NULL",
+        "(SELECT n FROM vec_rows)" if vector is not None else "NULL::bigint",
+        "w.dfs" if lexemes else "NULL::float8[]",
+    ]
+    columns = [f"e.{c}" for c in spec.columns]
+    return f"""WITH {",".join(ctes)},
+candidates AS ({" UNION ".join(sources)})
+SELECT {", ".join(columns + extra)}
+  FROM candidates c
+  JOIN {spec.table} e ON e.id = c.id
+  {" ".join(joins)}"""
+
+
+def _rows_by_id_sql(spec: _Spec, lexemes: list[_Lexeme], entities: Sequence[str]) -> str:
+    """The main statement's columns for the rows %(ids)s (rows an exact scan
+    added after the index gave up), with the weights the main statement used."""
+    coverage = "NULL::float8"
+    if lexemes:
+        terms = [
+            f"CASE WHEN e.search_vector @@ %(lx{i})s::tsquery THEN %(w{i})s ELSE 0 END"
+            for i in range(len(lexemes))
+        ]
+        coverage = f"(({' + '.join(terms)}) / nullif(%(w_total)s, 0))::float8"
+    columns = [f"e.{c}" for c in spec.columns]
+    return (
+        f"SELECT {', '.join(columns)}, NULL::float8, NULL::float8,"
+        f" {_SHARED_SQL if entities else 'NULL::int'}, {coverage}, e.embedding IS NOT NULL,"
+        f" NULL::bigint, NULL::float8[]"
+        f"  FROM {spec.table} e WHERE e.id = ANY(%(ids)s::uuid[])"
+    )
+
+
+# ------------------------------------------------------------ the signals
+
+
+@dataclass
+class _Candidate:
+    obj: Any
+    text_rank: float | None
+    similarity: float | None
+    shared: int | None
+    coverage: float | None
+    embedded: bool
+    signals: dict[str, float | int | None] = field(default_factory=dict)
+    score: float = 0.0
+    evidence: float | None = None
+
+
+# Each returns the candidates it ranks, best first, and records its signal;
+# `_fuse` turns positions into the fused score.
+
+
+def _tiebreak(c: _Candidate) -> tuple:
+    """Equal matches: the newer episode first (a chunk: document order)."""
+    obj = c.obj
+    if isinstance(obj, Episode):
+        return (-obj.occurred_at.timestamp(), str(obj.pk))
+    return (str(obj.source_id), obj.ordinal)
+
+
+def _text_list(cands: list[_Candidate], **_) -> list[_Candidate]:
+    for c in cands:
+        c.signals["text_rank"] = None if c.text_rank is None else round(c.text_rank, 6)
+    ranked = [c for c in cands if c.text_rank is not None]
+    return sorted(ranked, key=lambda c: (-round(c.text_rank, 9), *_tiebreak(c)))
+
+
+def _vector_list(cands: list[_Candidate], **_) -> list[_Candidate]:
+    for c in cands:
+        c.signals["vector_similarity"] = None if c.similarity is None else round(c.similarity, 6)
+    ranked = [c for c in cands if c.similarity is not None]
+    return sorted(ranked, key=lambda c: (-round(c.similarity, 9), *_tiebreak(c)))
+
+
+def _recency_list(cands: list[_Candidate], *, now: datetime, **_) -> list[_Candidate]:
+    half_life = RECENCY_HALF_LIFE_DAYS * 86_400.0
+    for c in cands:
+        age = max((now - c.obj.occurred_at).total_seconds(), 0.0)
+        c.signals["recency"] = round(math.exp(-math.log(2) * age / half_life), 6)
+    return sorted(cands, key=lambda c: (-c.signals["recency"], *_tiebreak(c)))
+
+
+def _entity_list(cands: list[_Candidate], **_) -> list[_Candidate]:
+    for c in cands:
+        c.signals["shared_entities"] = c.shared or 0
+    ranked = [c for c in cands if c.shared]
+    return sorted(ranked, key=lambda c: (-c.shared, *_tiebreak(c)))
+
+
+# The lists each kind of search fuses; an entity list only when entities are given.
+EPISODE_SIGNALS = {
+    "text": _text_list,
+    "vector": _vector_list,
+    "recency": _recency_list,
+    "entities": _entity_list,
+}
+CHUNK_SIGNALS = {"text": _text_list, "vector": _vector_list}
+
+
+def _contribution(name: str, c: _Candidate) -> float:
+    """How much of its list's weight a candidate's position carries: a text
+    match counts by the square of the share of the query it covers, so a row
+    sharing one common word with a question does not outrank the semantic
+    match (see the module doc)."""
+    if name == "text":
+        return (c.coverage or 0.0) ** TEXT_COVERAGE_POWER
+    return 1.0
+
+
+def _fuse(lists: dict[str, list[_Candidate]]) -> None:
+    for name, ranked in lists.items():
+        weight = SIGNAL_WEIGHTS[name]
+        for position, c in enumerate(ranked, start=1):
+            c.signals[f"{name}_position"] = position
+            c.score += weight * _contribution(name, c) / (RRF_K + position)
+
+
+def _evidence(c: _Candidate) -> float | None:
+    """What abstention compares with the threshold (EVIDENCE_METRIC)."""
+    if c.similarity is not None:
+        return c.similarity + COVERAGE_WEIGHT * (c.coverage or 0.0)
+    if c.coverage is not None:
+        return UNEMBEDDED_COVERAGE_EVIDENCE * c.coverage
+    return None
+
+
+# ------------------------------------------------------------ the search
+
+
+def _prepare(cursor, query: str, model_name: str, ef_search: int | None) -> tuple:
+    """One statement: the query's lexemes (in order), the calibrated threshold,
+    and — with `ef_search` — the hnsw.* settings for this transaction, returning
+    their previous values. The '[0]'::vector cast loads pgvector (and defines
+    the hnsw.* settings) while the statement is planned."""
+    settings = ""
+    params: list[Any] = [TEXT_SEARCH_CONFIG, query, model_name, EVIDENCE_METRIC]
+    if ef_search is not None:
+        settings = (
+            ", '[0]'::vector IS NOT NULL, "
+            + ", ".join(f"current_setting('{n}')" for n in HNSW_SETTINGS)
+            + ", set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+            ", set_config('hnsw.ef_search', %s, true)"
+            ", set_config('hnsw.max_scan_tuples', %s, true)"
+        )
+        params += [str(ef_search), str(HNSW_MAX_SCAN_TUPLES)]
+    cursor.execute(
+        "SELECT ARRAY(SELECT lexeme FROM unnest(to_tsvector(%s::regconfig, %s))"
+        "             ORDER BY positions[1], lexeme),"
+        f" (SELECT ARRAY[id::text, threshold::text] FROM {AbstentionCalibration._meta.db_table}"
+        "   WHERE embedding_model = %s AND metric = %s ORDER BY created_at DESC, id DESC LIMIT 1)"
+        + settings,
+        params,
+    )
+    row = cursor.fetchone()
+    previous = tuple(row[3:6]) if ef_search is not None else None
+    return list(row[0]), row[1], previous
+
+
+HNSW_SETTINGS = ("hnsw.iterative_scan", "hnsw.ef_search", "hnsw.max_scan_tuples")
+
+
+@dataclass
+class _Fetched:
+    cands: list[_Candidate]
+    strategy: str
+    lexemes: tuple[str, ...]
+    threshold: float
+    threshold_source: str
+
+
+def _fetch(
+    spec: _Spec,
+    agent: Agent,
+    query: str,
+    vector: Sequence[float] | None,
+    entities: Sequence[str],
+    k: int,
+    model_name: str,
+) -> _Fetched:
+    nested = connection.in_atomic_block
+    ef_search = max(HNSW_EF_SEARCH, k) if vector is not None else None
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        texts, calibration, previous = _prepare(cursor, query, model_name, ef_search)
+        lexemes = _lexemes(texts, spec.table)
+        agent_rows = _agent_rows(spec.table, agent) if lexemes else 0
+        threshold, source = DEFAULT_ABSTENTION_THRESHOLD, "default"
+        if calibration is not None:
+            threshold, source = float(calibration[1]), calibration[0]
+        strategy = "none"
+        rows: list[tuple] = []
+        if lexemes or vector is not None:
+            cursor.execute(_statement(spec, lexemes, agent_rows, vector, entities, k), spec.params)
+            rows = cursor.fetchall()
+        n = len(spec.columns)
+        if vector is not None:
+            counted = next((r[n + 5] for r in rows if r[n + 5] is not None), None)
+            if counted is None:
+                cursor.execute(
+                    f"SELECT count(*) FROM (SELECT 1 FROM {spec.table} e"
+                    f" WHERE {' AND '.join(spec.indexed_where)} LIMIT %(exact_cap)s) c",
+                    spec.params,
+                )
+                counted = cursor.fetchone()[0]
+            strategy = "exact" if counted <= EXACT_SCAN_MAX_ROWS else "hnsw"
+            found = sum(1 for r in rows if r[n + 1] is not None)
+            if strategy == "hnsw" and found < k:
+                rows = _with_exact_vectors(cursor, spec, rows, lexemes, entities)
+                strategy = "hnsw+exact"
+            if nested:
+                cursor.execute(
+                    "SELECT " + ", ".join(f"set_config('{s}', %s, true)" for s in HNSW_SETTINGS),
+                    list(previous),
+                )
+    attnames = [
+        f.attname for f in spec.model._meta.concrete_fields if f.column in set(spec.columns)
+    ]
+    cands = []
+    for row in rows:
+        text_rank, distance, shared, coverage, embedded = row[n : n + 5]
+        obj = spec.model.from_db(connection.alias, attnames, row[:n])
+        obj.embedded = bool(embedded)  # as the selectors annotate it (the vector is not loaded)
+        cands.append(
+            _Candidate(
+                obj=obj,
+                text_rank=None if text_rank is None else float(text_rank),
+                similarity=None if distance is None else 1.0 - float(distance),
+                shared=shared,
+                coverage=None if coverage is None else float(coverage),
+                embedded=bool(embedded),
+            )
+        )
+    return _Fetched(cands, strategy, tuple(lx.text for lx in lexemes), threshold, source)
+
+
+def _with_exact_vectors(
+    cursor, spec: _Spec, rows: list[tuple], lexemes: list[_Lexeme], entities: Sequence[str]
+) -> list[tuple]:
+    """The index scan gave up before finding k rows (a filter few rows pass):
+    take the vector list from an exact scan instead, fetching the rows it adds."""
+    n = len(spec.columns)
+    cursor.execute(_exact_vector_sql(spec), spec.params)
+    exact = dict(cursor.fetchall())
+    id_at = spec.columns.index("id")
+    by_id: dict[uuid.UUID, list] = {}
+    for row in rows:
+        row = list(row)
+        row[n + 1] = exact.get(row[id_at])
+        by_id[row[id_at]] = row
+    missing = [pk for pk in exact if pk not in by_id]
+    if missing:
+        weights = {}
+        dfs = next((r[n + 6] for r in rows if r[n + 6] is not None), None)
+        if lexemes and dfs is not None:
+            n_rows = spec.params["n_rows"]
+            for i, d in enumerate(dfs):
+                weights[f"w{i}"] = math.log(1 + (max(n_rows, d) - d + 0.5) / (d + 0.5))
+            weights["w_total"] = sum(weights.values())
+        sql = _rows_by_id_sql(spec, lexemes if weights else [], entities)
+        cursor.execute(sql, {**spec.params, **weights, "ids": missing})
+        for row in cursor.fetchall():
+            row = list(row)
+            row[n + 1] = exact[row[id_at]]
+            by_id[row[id_at]] = row
+    return [
+        tuple(r) for r in by_id.values() if r[n] is not None or r[n + 1] is not None or r[n + 2]
+    ]
+
+
+def _search(
+    *,
+    spec: _Spec,
+    agent: Agent,
+    query: str,
+    query_embedding: Sequence[float] | None,
+    entities: Sequence[str],
+    limit: int,
+    now: datetime | None,
+    abstain: bool,
+    signals: dict[str, Callable[..., list[_Candidate]]],
+) -> SearchResult:
+    from piper.embeddings import get_embedder
+
+    embedder = get_embedder()
+    _check_embedding(query_embedding, embedder.dimension)
+    vector = query_embedding if query_embedding is not None else embedder.embed_one(query)
+    k = min(max(limit * CANDIDATES_PER_HIT, MIN_CANDIDATES), MAX_CANDIDATES)
+    fetched = _fetch(spec, agent, query, vector, entities, k, embedder.name)
+    cands = fetched.cands
+
+    lists = {}
+    for name, signal in signals.items():
+        if name == "entities" and not entities:
+            continue
+        lists[name] = signal(cands, now=now or timezone.now())
+    _fuse(lists)
+    for c in cands:
+        c.evidence = _evidence(c)
+        c.signals["coverage"] = None if c.coverage is None else round(c.coverage, 6)
+        c.signals["evidence"] = None if c.evidence is None else round(c.evidence, 6)
+        c.signals["embedded"] = int(c.embedded)
+    cands.sort(key=lambda c: (-round(c.score, 12), *_tiebreak(c)))
+
+    evidence = max((c.evidence for c in cands if c.evidence is not None), default=None)
+    abstained = abstain and (evidence is None or evidence < fetched.threshold)
+    hits = [Hit(spec.kind, c.obj, round(c.score, 6), c.signals) for c in cands]
+    return SearchResult(
+        hits=[] if abstained else hits[:limit],
+        abstained=abstained,
+        near_misses=hits[: min(limit, NEAR_MISSES)] if abstained else [],
+        threshold=fetched.threshold,
+        evidence_score=None if evidence is None else round(evidence, 6),
+        embedding_model=embedder.name,
+        threshold_source=fetched.threshold_source,
+        vector_strategy=fetched.strategy,
+        lexemes=fetched.lexemes,
+    )
+
+
+def episode_search(
+    *,
+    agent: Agent,
+    query: str,
+    query_embedding: list[float] | None = None,
+    filters: SearchFilters | None = None,
+    limit: int = 10,
+    now: datetime | None = None,
+    abstain: bool = True,
+) -> SearchResult:
+    """This agent's episodes that best answer `query`, best first (see the module doc).
+
+    Filters are hard conditions on every candidate list; `filters.entities`
+    only boosts. The query is embedded with the process embedder unless
+    `query_embedding` (from the same model) is given. `now` anchors recency
+    (default: the current time). With `abstain`, a result whose best evidence
+    is below the threshold has no hits and up to NEAR_MISSES near misses.
+    Raises InvalidInput for an empty query or one over MAX_QUERY_CHARS, a limit
+    outside 1..MAX_LIMIT, an unknown outcome, a naive time, or a window that
+    ends before it starts.
+    """
+    from .services import normalise_entities
+
+    query = _clean_query(query)
+    _check_limit(limit)
+    filters = filters or SearchFilters()
+    _check_filters(filters)
+    return _search(
+        spec=_episode_spec(agent, filters),
+        agent=agent,
+        query=query,
+        query_embedding=query_embedding,
+        entities=normalise_entities(filters.entities),
+        limit=limit,
+        now=now,
+        abstain=abstain,
+        signals=EPISODE_SIGNALS,
+    )
+
+
+def chunk_search(
+    *,
+    agent: Agent,
+    query: str,
+    query_embedding: list[float] | None = None,
+    source_id: uuid.UUID | None = None,
+    limit: int = 10,
+    abstain: bool = True,
+) -> SearchResult:
+    """This agent's source chunks (of one source, with `source_id`) that best
+    answer `query`: full text and vector fused as in episode_search, without
+    recency or entities. Same errors and abstention."""
+    query = _clean_query(query)
+    _check_limit(limit)
+    return _search(
+        spec=_chunk_spec(agent, source_id),
+        agent=agent,
+        query=query,
+        query_embedding=query_embedding,
+        entities=(),
+        limit=limit,
+        now=None,
+        abstain=abstain,
+        signals=CHUNK_SIGNALS,
+    )
