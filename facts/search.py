@@ -166,6 +166,7 @@ def fact_texts_refresh(
     pairs: Iterable[Pair] | None = None,
     now: datetime | None = None,
     embed: str = "later",
+    lock_timeout_ms: int | None = None,
 ) -> RefreshResult:
     """Render the texts of `pairs` (default: every pair the agent holds) and
     store those that changed; a changed text loses its embedding until it is
@@ -174,6 +175,11 @@ def fact_texts_refresh(
     `embed`: "later" queues `facts.embed_fact_texts` for the changed texts
     after commit; "now" embeds them before returning; "never" leaves them
     pending (they are still found by full text). Idempotent.
+
+    `lock_timeout_ms` bounds every lock wait of the transaction (a task
+    passes it and retries): a background refresh gives way — fails with
+    OperationalError (lock_not_available) — rather than deadlock with
+    whatever holds the facts tables, a TRUNCATE or a migration.
     """
     if embed not in ("later", "now", "never"):
         raise ValueError(f"embed must be 'later', 'now' or 'never', not {embed!r}")
@@ -183,6 +189,11 @@ def fact_texts_refresh(
     deleted = 0
     rendered = 0
     with transaction.atomic():
+        if lock_timeout_ms is not None:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", [f"{lock_timeout_ms}ms"]
+                )
         _lock_texts(agent_id, wanted)
         for start in range(0, len(wanted), 2000):
             chunk = wanted[start : start + 2000]

@@ -6,15 +6,34 @@ import logging
 import uuid
 
 from celery import shared_task
+from django.db import OperationalError
 
 logger = logging.getLogger(__name__)
 
+# A lock wait longer than this gives way (and the task retries) before
+# PostgreSQL's deadlock check (deadlock_timeout, 1 s) could pick the other side.
+LOCK_TIMEOUT_MS = 500
+MAX_RETRIES = 5
 
-@shared_task(name="facts.index_fact_texts", ignore_result=True, soft_time_limit=120, time_limit=150)
-def index_fact_texts(agent_id: str, first_seq: int, last_seq: int) -> None:
+
+def _gave_way(exc: OperationalError) -> bool:
+    """lock_not_available (our lock_timeout) or deadlock_detected (we were the victim)."""
+    return getattr(exc.__cause__, "sqlstate", None) in ("55P03", "40P01")
+
+
+@shared_task(
+    bind=True,
+    name="facts.index_fact_texts",
+    ignore_result=True,
+    max_retries=MAX_RETRIES,
+    soft_time_limit=120,
+    time_limit=150,
+)
+def index_fact_texts(self, agent_id: str, first_seq: int, last_seq: int) -> None:
     """Re-render the texts of the pairs the agent's events first_seq..last_seq
     touched (queued by the ledger hook after the commit that appended them).
-    A re-run renders the same texts and writes nothing."""
+    A re-run renders the same texts and writes nothing; a refresh that had to
+    wait too long for a lock is retried with backoff."""
     from piper.tenancy.models import Agent
 
     from . import search
@@ -24,14 +43,22 @@ def index_fact_texts(agent_id: str, first_seq: int, last_seq: int) -> None:
         return
     agent_uuid = uuid.UUID(agent_id)
     pairs = search.pairs_touched(agent_uuid, first_seq, last_seq)
-    if pairs:
-        search.fact_texts_refresh(agent_id=agent_uuid, pairs=pairs)
+    if not pairs:
+        return
+    try:
+        search.fact_texts_refresh(agent_id=agent_uuid, pairs=pairs, lock_timeout_ms=LOCK_TIMEOUT_MS)
+    except OperationalError as exc:
+        if not _gave_way(exc):
+            raise
+        raise self.retry(exc=exc, countdown=2**self.request.retries) from exc
 
 
 @shared_task(name="facts.embed_fact_texts", ignore_result=True, soft_time_limit=240, time_limit=300)
 def embed_fact_texts(text_ids: list[str]) -> None:
     """Embed the texts that still lack a vector (compare-and-set on the text:
-    a vector is stored only for the text it was computed from)."""
+    a vector is stored only for the text it was computed from). Each statement
+    runs on its own (autocommit), so it never holds one table while waiting
+    for another."""
     from . import search
 
     search.fact_texts_embed(ids=[uuid.UUID(i) for i in text_ids])

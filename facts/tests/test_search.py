@@ -390,3 +390,31 @@ def test_the_fact_texts_in_the_admin(client, agent):
     row = FactText.objects.get(agent=agent)
     assert client.get(reverse("admin:facts_facttext_change", args=[row.pk])).status_code == 200
     assert client.get(reverse("admin:facts_facttext_add")).status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_background_refresh_gives_way_to_a_lock_instead_of_deadlocking():
+    """A table held elsewhere (a TRUNCATE, a migration) makes the task's refresh give
+    up after LOCK_TIMEOUT_MS — an error the task retries — not wait into a deadlock."""
+    import psycopg
+    from django.db import OperationalError
+
+    from facts.tasks import LOCK_TIMEOUT_MS, _gave_way
+    from piper.testing import database_url
+
+    agent = AgentFactory()
+    claim(agent, "Alice", "city", "Paris", at(2024))
+    pairs = search.all_pairs(agent.pk)
+    with psycopg.connect(database_url(connection.settings_dict)) as other:
+        other.execute("BEGIN")
+        other.execute("LOCK TABLE facts_facttext IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        with pytest.raises(OperationalError) as raised:
+            fact_texts_refresh(agent_id=agent.pk, pairs=pairs, lock_timeout_ms=LOCK_TIMEOUT_MS)
+        waited = time.monotonic() - started
+        other.execute("ROLLBACK")
+    assert _gave_way(raised.value)
+    assert 0.4 < waited < 1.0  # gave way before deadlock_timeout (1 s)
+    assert FactText.objects.filter(agent=agent).count() == 0
+    fact_texts_refresh(agent_id=agent.pk, pairs=pairs, lock_timeout_ms=LOCK_TIMEOUT_MS)
+    assert texts(agent) == {("Alice", "city"): "city — Alice: Paris"}
