@@ -36,7 +36,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -274,12 +274,30 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--only", default="", help="a regular expression on recipe names")
     parser.add_argument("--list", action="store_true")
+    parser.add_argument(
+        "--product",
+        action="store_true",
+        help="ask the questions through the product (battery.locomo.question_ask) instead",
+    )
+    parser.add_argument("--through", choices=("search", "recall"), default="search")
+    parser.add_argument(
+        "--variant",
+        default="",
+        help="with --product, prototypes patched over episodes.retrieval: "
+        "'names' (actor names out of the query vector), 'ctx:T:V:C' (session "
+        "neighbours brought in, text/vector/coverage spread by T/V/C), comma-separated",
+    )
+    parser.add_argument("--conversations", type=int, default=None)
     args = parser.parse_args()
 
+    # A database of its own on the embedded server, as the other benchmarks do.
+    os.environ.setdefault("PIPER_DB_NAME", "piper_locomo")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "piper.settings.local")
     import django
 
     django.setup()
+    if args.product:
+        return product_main(args)
 
     convs, questions, stats = load(args.data)
     print(f"{len(convs)} conversations, {sum(len(c.turns) for c in convs)} turns; {stats}")
@@ -303,6 +321,173 @@ def main() -> None:
             f"| {name:<44} | {res['overall'][0]:.3f} | {res['overall'][1]:.3f} | {cats} |",
             flush=True,
         )
+
+
+# --------------------------------------------------------------------------- product
+
+
+def product_agents(data: Path, conversations: int | None) -> list[tuple]:
+    """(conversation, agent, episode id -> dia id) for each conversation, ingested
+    once into persistent agents "locomo-bench-<sample>" and reused after.
+
+    Rows are written by battery.locomo.conversation_ingest (the command's own
+    ingest); their vectors come from the disk cache (computed from each row's
+    embedding_text(), so they are exactly what episodes_embed would store)."""
+    import subprocess
+
+    from django.db import connection
+
+    from battery.locomo import conversation_ingest, conversations_load
+    from episodes.models import Episode
+    from episodes.services import episode_embeddings_store
+    from piper.embeddings import get_embedder
+    from piper.tenancy.models import Agent
+    from piper.tenancy.services import agent_create
+
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True, env=os.environ
+    )
+    out = []
+    fresh = False
+    for conv in conversations_load(data)[:conversations]:
+        name = f"locomo-bench-{conv.sample_id}"
+        agent = Agent.objects.filter(name=name).first()
+        if agent is None or Episode.objects.filter(agent=agent).count() != len(conv.turns):
+            if agent is not None:
+                raise SystemExit(f"{name} holds a partial ingest; drop database piper_locomo")
+            agent = agent_create(name=name, description="LoCoMo research harness")
+            conversation_ingest(agent=agent, conversation=conv, embed=False)
+            fresh = True
+        rows = list(
+            Episode.objects.filter(agent=agent)
+            .select_related("raw_event")
+            .order_by("occurred_at", "id")
+        )
+        missing = [r for r in rows if r.embedding is None]
+        if missing:
+            vectors = embed([r.embedding_text() for r in missing])
+            episode_embeddings_store(
+                vectors={r.pk: v.tolist() for r, v in zip(missing, vectors, strict=True)},
+                model=get_embedder().name,
+            )
+        dia_of = {r.pk: r.raw_event.source_ref.split(":", 2)[2] for r in rows}
+        out.append((conv, agent, dia_of))
+    if fresh:
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE episodes_episode")
+    return out
+
+
+def patch_variants(variant: str) -> None:
+    """Prototype signals over the product's episode search (research only; what
+    wins moves into episodes.retrieval)."""
+    from django.db import connection
+
+    from episodes import retrieval
+    from episodes.models import Episode
+    from episodes.query_analysis import dense_query_text
+    from episodes.session_context import session_neighbours, spread, symmetric
+
+    for part in filter(None, variant.split(",")):
+        name, *nums = part.split(":")
+        if name == "names":
+            original_search = retrieval.episode_search
+
+            def with_names(*, agent, query, query_embedding=None, _orig=original_search, **kw):
+                if query_embedding is None:
+                    from piper.embeddings import get_embedder
+
+                    text = dense_query_text(agent_id=agent.pk, query=query)
+                    query_embedding = get_embedder().embed_one(text)
+                return _orig(agent=agent, query=query, query_embedding=query_embedding, **kw)
+
+            retrieval.episode_search = with_names
+        elif name == "ctx":
+            a_t, a_v, a_c = (float(x) for x in (nums + ["0.5", "0.5", "0.5"])[:3])
+            original_fetch = retrieval._fetch
+
+            def with_context(
+                spec,
+                agent,
+                query,
+                vector,
+                entities,
+                k,
+                model_name,
+                _orig=original_fetch,
+                _w=(a_t, a_v, a_c),
+            ):
+                w_t, w_v, w_c = _w
+                fetched = _orig(spec, agent, query, vector, entities, k, model_name)
+                if spec.kind != "episode" or not fetched.cands:
+                    return fetched
+                known = {c.obj.pk: c for c in fetched.cands}
+                with connection.cursor() as cursor:
+                    nbrs, dists = session_neighbours(
+                        table=spec.table,
+                        where_sql=spec.where_sql,
+                        params=spec.params,
+                        ids=list(known),
+                        vector_literal=spec.params.get("qv"),
+                        cursor=cursor,
+                    )
+                new = [i for i in dists if i not in known]
+                for obj in Episode.objects.filter(id__in=new).defer("embedding", "search_vector"):
+                    d = dists[obj.pk]
+                    obj.embedded = d is not None
+                    c = retrieval._Candidate(
+                        obj=obj,
+                        text_rank=None,
+                        similarity=None if d is None else 1.0 - d,
+                        shared=None,
+                        coverage=None,
+                        embedded=d is not None,
+                    )
+                    known[obj.pk] = c
+                    fetched.cands.append(c)
+                rel = symmetric(nbrs)
+                sims = {i: c.similarity for i, c in known.items()}
+                floor = min((v for v in sims.values() if v is not None), default=0.0)
+                text = spread({i: c.text_rank for i, c in known.items()}, rel, weight=w_t)
+                cov = spread({i: c.coverage for i, c in known.items()}, rel, weight=w_c)
+                sim = spread(sims, rel, weight=w_v, floor=floor)
+                for i, c in known.items():
+                    c.text_rank, c.similarity = text[i], sim[i]
+                    c.coverage = None if cov[i] is None else min(cov[i], 1.0)
+                return fetched
+
+            retrieval._fetch = with_context
+        else:
+            raise SystemExit(f"unknown variant {part!r}")
+
+
+def product_main(args) -> None:
+    from battery.locomo import Answered, question_ask, summarise, summary_table
+
+    started = time.perf_counter()
+    patch_variants(args.variant)
+    ingested = product_agents(args.data, args.conversations)
+    answered = []
+    for conv, agent, dia_of in ingested:
+        now = max(t.session_date for t in conv.turns) + timedelta(days=1)
+        for q in conv.questions:
+            episodes, ms, would = question_ask(
+                agent=agent, question=q.question, limit=10, now=now, through=args.through
+            )
+            answered.append(
+                Answered(
+                    q.category, [dia_of.get(e.pk, "?") for e in episodes], q.evidence, ms, would
+                )
+            )
+    summary = summarise(
+        answered,
+        conversations=len(ingested),
+        turns=sum(len(c.turns) for c, _, _ in ingested),
+        skipped_questions=sum(c.skipped_questions for c, _, _ in ingested),
+        dropped_ids=sum(len(c.dropped_ids) for c, _, _ in ingested),
+    )
+    print("\n".join(summary_table(summary)))
+    print(f"({time.perf_counter() - started:.0f} s)")
 
 
 # --------------------------------------------------------------------------- recipes
