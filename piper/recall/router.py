@@ -236,6 +236,7 @@ class Decision:
     matched: tuple[str, ...] = ()  # every rule that matched
     scores: dict[str, float] = field(default_factory=dict)
     nearest: str | None = None  # the prototype question nearest, for "prototypes"
+    fallback: str | None = None  # the route that answered when the chosen one had nothing
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -246,6 +247,7 @@ class Decision:
             "matched": list(self.matched),
             "scores": dict(self.scores),
             "nearest": self.nearest,
+            "fallback": self.fallback,
         }
 
 

@@ -118,6 +118,11 @@ class DecisionSerializer(serializers.Serializer):
     nearest = serializers.CharField(
         allow_null=True, help_text="The nearest prototype question (method prototypes)."
     )
+    fallback = serializers.ChoiceField(
+        choices=router.ROUTES,
+        allow_null=True,
+        help_text="The route that answered when the classified one had no candidate at all.",
+    )
 
 
 class EvidenceStatusSerializer(serializers.Serializer):

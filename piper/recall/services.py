@@ -15,6 +15,7 @@ adds. A superseded fact is never presented as current.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 import uuid
@@ -714,6 +715,12 @@ def _multi_hop(ask: Ask) -> Answer:
     )
 
 
+# Where a classified question goes when its route's store had no candidate at all.
+FALLBACK: dict[str, str] = {
+    Route.CURRENT_FACT: Route.WHAT_HAPPENED,
+    Route.MULTI_HOP: Route.WHAT_HAPPENED,
+}
+
 HANDLERS: dict[str, Callable[[Ask], Answer]] = {
     Route.CURRENT_FACT: _current_fact,
     Route.WHAT_HAPPENED: _what_happened,
@@ -766,7 +773,9 @@ def recall(
 
     `route` is one of router.ALLOWED: "auto" classifies (rules, then the
     embedding prototypes when no rule matches); any other value is taken as
-    given. Raises InvalidInput for an empty or huge query, an unknown route,
+    given. A classified current_fact or multi_hop question whose store had no
+    candidate at all is answered from episodes instead (decision.fallback).
+    Raises InvalidInput for an empty or huge query, an unknown route,
     a limit outside 1..50, an unknown filter or a window that ends before it
     starts — before anything is written. Writes exactly one RetrievalTrace.
     Abstains ("no supporting memory") when the store has no evidence above
@@ -789,6 +798,13 @@ def recall(
         decision = router.explicit(route)
     ask = Ask(agent, query, vector, limit, filters, context or {}, scopes, now)
     answer = HANDLERS[decision.route](ask)
+    fallback = FALLBACK.get(decision.route)
+    if fallback and not decision.explicit and not answer.candidates:
+        # A classified route whose store had nothing at all to consider: what
+        # happened is the broadest memory (the question may be about a
+        # conversation, not a recorded fact). An explicit route is never overridden.
+        answer = HANDLERS[fallback](ask)
+        decision = dataclasses.replace(decision, fallback=fallback)
     abstained = answer.abstained if answer.abstained is not None else not answer.evidence
     # An abstaining store's evidence is only ever a near miss.
     evidence = [] if abstained else answer.evidence

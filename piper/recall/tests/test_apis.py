@@ -18,7 +18,7 @@ from piper.tenancy.models import Scope
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/recall"
-ROUTE_KEYS = {"chosen", "explicit", "method", "rule", "matched", "scores", "nearest"}
+ROUTE_KEYS = {"chosen", "explicit", "method", "rule", "matched", "scores", "nearest", "fallback"}
 STATUS_KEYS = {"source", "age_seconds", "authority", "currentness", "confidence"}
 
 

@@ -81,6 +81,7 @@ def test_the_decision_shows_every_matched_rule_and_every_score():
             "multi_hop": 0.0,
         },
         "nearest": None,
+        "fallback": None,
     }
 
 
@@ -113,6 +114,7 @@ def test_explicit_routes_bypass_the_rules():
         "matched": [],
         "scores": {},
         "nearest": None,
+        "fallback": None,
     }
 
 

@@ -121,6 +121,37 @@ class TestCurrentFact:
         result = recall(agent=agent, query="When is our deployment window now?")
         assert (result.abstained, result.evidence, result.near_misses) == (True, [], [])
 
+    def test_with_no_fact_to_consider_episodes_answer(self, agent):
+        from datetime import UTC, datetime
+
+        from episodes.services import EpisodeDraft, episodes_embed, episodes_record
+
+        [episode] = episodes_record(
+            agent=agent,
+            drafts=[
+                EpisodeDraft(
+                    occurred_at=datetime(2026, 5, 2, tzinfo=UTC),
+                    summary="Caroline said her favourite hobby is painting landscapes",
+                    session_id="chat-3",
+                    actor="Caroline",
+                )
+            ],
+        )
+        episodes_embed(episode_ids=[episode.pk])
+        result = recall(agent=agent, query="What is Caroline's favourite hobby?")
+        assert (result.decision.route, result.decision.fallback) == (
+            "current_fact",
+            "what_happened",
+        )
+        assert [(e.kind, e.id) for e in result.evidence] == [("episode", str(episode.pk))]
+        trace = RetrievalTrace.objects.get(pk=result.trace.pk)
+        assert (trace.route, trace.decision["fallback"]) == ("current_fact", "what_happened")
+        # Named explicitly, facts answer alone: nothing.
+        explicit = recall(
+            agent=agent, query="What is Caroline's favourite hobby?", route="current_fact"
+        )
+        assert (explicit.abstained, explicit.decision.fallback) == (True, None)
+
 
 # ------------------------------------------------------------------- intentions
 
@@ -185,8 +216,8 @@ class TestMultiHop:
 
     def test_no_path_abstains(self, agent):
         org_chart(agent)
-        result = recall(agent=agent, query="How is Bob related to Berlin?")
-        assert (result.abstained, result.evidence) == (True, [])
+        result = recall(agent=agent, query="How is Bob related to Berlin?", route="multi_hop")
+        assert (result.abstained, result.evidence, result.decision.fallback) == (True, [], None)
 
 
 # ------------------------------------------------------------------------ traces
@@ -229,6 +260,7 @@ class TestTrace:
             "matched": [],
             "scores": {},
             "nearest": None,
+            "fallback": None,
         }
         assert RetrievalTrace.objects.get(pk=result.trace.pk).explicit is True
 
