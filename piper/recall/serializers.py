@@ -20,7 +20,7 @@ from piper.api.serializers import (
 from skills.serializers import MatchedVersionSerializer
 
 from . import router
-from .models import FailureCode, Outcome, RecallFeedback, RetrievalTrace
+from .models import FailureCode, Outcome, RecallFeedback, RetrievalTrace, Route
 from .services import MAX_LIMIT, MAX_NOTE_CHARS, Evidence, RecallResult
 
 KINDS = ("fact", "episode", "chunk", "skill", "intention", "path")
@@ -104,7 +104,7 @@ class FeedbackInputSerializer(StrictSerializer):
 
 
 class DecisionSerializer(serializers.Serializer):
-    chosen = serializers.ChoiceField(choices=router.ROUTES)
+    chosen = serializers.ChoiceField(choices=Route.choices)
     explicit = serializers.BooleanField(help_text="The agent named the route.")
     method = serializers.ChoiceField(choices=["explicit", "rules", "prototypes"])
     rule = serializers.CharField(
@@ -119,7 +119,7 @@ class DecisionSerializer(serializers.Serializer):
         allow_null=True, help_text="The nearest prototype question (method prototypes)."
     )
     fallback = serializers.ChoiceField(
-        choices=router.ROUTES,
+        choices=Route.choices,
         allow_null=True,
         help_text="The route that answered when the classified one had no candidate at all.",
     )

@@ -151,6 +151,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "EpisodeOutcomeEnum": "episodes.models.Outcome",
         "RecallOutcomeEnum": "piper.recall.models.Outcome",
+        "RecallRouteEnum": "piper.recall.models.Route",
     },
 }
 
