@@ -21,6 +21,7 @@ from battery.models import BatteryRun
 from battery.registry import ItemFailure, ItemOutcome, suites_select
 from battery.scoring import score_run, suite_result
 from battery.suites import semantic
+from battery.suites.episodic import draw as episodic_draw
 from battery.suites.procedural import draw as procedural_draw
 from battery.suites.prospective import draw as prospective_draw
 from battery.suites.semantic import draw
@@ -661,13 +662,21 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
     monkeypatch.setattr(working_state_draw, "COUNTS", {"a1": 2, "a2": 2, "a3": 2})
     monkeypatch.setattr(prospective_draw, "COUNTS", dict.fromkeys(prospective_draw.COUNTS, 2))
     monkeypatch.setattr(procedural_draw, "COUNTS", dict.fromkeys(procedural_draw.COUNTS, 1))
-    # Suite D's skills run in the sandbox: here in this process, as each request commits.
+    monkeypatch.setattr(episodic_draw, "COUNTS", {"b1": 4, "b2": 1, "b3": 1, "b4": 2})
+    monkeypatch.setattr(episodic_draw, "NOISE", 8)
+    # Suite D's skills run in the sandbox, suite B's episodes are embedded: here in
+    # this process, as each request commits.
     monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
     battery("run", "--report", str(tmp_path), "--seed", "8")
     run = BatteryRun.objects.get()
-    assert (run.status, run.suites, run.score) == ("passed", ["A", "C", "D", "E", "L"], 100.0)
+    assert (run.status, run.suites, run.score) == (
+        "passed",
+        ["A", "B", "C", "D", "E", "L"],
+        100.0,
+    )
     assert {code: s["items"] for code, s in run.suite_scores.items()} == {
         "A": 6,
+        "B": 8,
         "C": 26,
         "D": 6,
         "E": 14,

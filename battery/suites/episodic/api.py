@@ -151,7 +151,7 @@ class Answer:
 
     @property
     def ok(self) -> bool:
-        return self.response.status == 200 and isinstance(self.response.body, dict)
+        return self.response.status in (200, 201) and isinstance(self.response.body, dict)
 
     def episodes(self) -> list[Hit]:
         return [hit for hit in self.evidence if hit.kind == "episode"]
@@ -160,7 +160,7 @@ class Answer:
 def _hit(entry: dict[str, Any]) -> Hit:
     kind = str(entry.get("kind", ""))
     obj = entry.get(kind) if isinstance(entry.get(kind), dict) else {}
-    ident = obj.get("id", entry.get("id"))
+    ident = entry.get("id", obj.get("id"))
     status = entry.get("memory_status")
     score = entry.get("score")
     signals = entry.get("signals")
@@ -177,7 +177,7 @@ def _hit(entry: dict[str, Any]) -> Hit:
 
 def answer_of(response: ApiResponse) -> Answer:
     body = response.body
-    if response.status != 200 or not isinstance(body, dict):
+    if response.status not in (200, 201) or not isinstance(body, dict):
         return Answer(response=response)
     evidence = [_hit(e) for e in body.get("evidence") or [] if isinstance(e, dict)]
     near = [_hit(e) for e in body.get("near_misses") or [] if isinstance(e, dict)]

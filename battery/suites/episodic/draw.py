@@ -21,8 +21,9 @@ An item's `data`:
 
 The no-keyword-overlap kind (B1 `paraphrase`): the question shares no
 content word with the episode it is about (`lexemes`, an approximation of
-PostgreSQL's english configuration: its stop words, and words compared by
-their first five letters, which can only find more overlap than there is).
+PostgreSQL's english configuration: its stop words, and words compared by a
+crude stem that finds more overlap than there is; battery/tests check the
+same with PostgreSQL's own to_tsvector).
 B4's questions share no content word with anything the run writes.
 """
 
@@ -41,7 +42,10 @@ from ...taxonomy import FailureCode as F
 COUNTS = {"b1": 40, "b2": 20, "b3": 12, "b4": 50}
 NOISE = 160  # routine episodes around the items
 
-T0 = datetime(2031, 7, 7, 9, 0, tzinfo=UTC)
+# In the past, so that whichever clock recall reads — the agent's simulated
+# one or the wall clock — every episode has happened by then: recency ranks
+# newer first in both.
+T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)
 DELAYS = {"24h": timedelta(hours=24), "72h": timedelta(hours=72)}
 T1 = T0 + DELAYS["24h"]
 T2 = T0 + DELAYS["72h"]
@@ -185,10 +189,39 @@ STOP_WORDS = frozenset(
 )
 
 
+SUFFIXES = (
+    "ations",
+    "ation",
+    "ings",
+    "ing",
+    "edly",
+    "ied",
+    "ies",
+    "ed",
+    "es",
+    "s",
+    "er",
+    "ly",
+    "ment",
+    "e",
+    "y",
+)
+
+
+def stem(word: str) -> str:
+    """A crude stem that errs towards finding words alike: a common suffix off,
+    then the first five letters (filing, file -> fil; parking, park -> park)."""
+    for suffix in SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    return word[:5]
+
+
 def lexemes(text: str) -> set[str]:
-    """The content words of `text`, each as its first five letters."""
+    """The content words of `text`, each as its crude stem."""
     words = re.findall(r"[a-z0-9]+", text.lower())
-    return {word[:5] for word in words if word not in STOP_WORDS}
+    return {stem(word) for word in words if word not in STOP_WORDS}
 
 
 def episode_lexemes(episode: dict[str, Any]) -> set[str]:
@@ -226,84 +259,56 @@ INCIDENTS: tuple[dict[str, Any], ...] = (
         "action": "Restarted the import with a smaller chunk size",
         "observation": "Resident memory climbed to 15 GB before the OOM killer stopped it",
         "entities": ["import-worker"],
-        "question": "Have we seen the overnight load job keep dying partway?",
+        "question": "Did the overnight ingestion job die after using up all its RAM?",
     },
     {
         "summary": "The TLS certificate on the public API expired and clients got handshake errors",
         "action": "Renewed the certificate and reloaded the load balancer",
         "observation": "Browsers showed an expired certificate warning from 06:00 UTC",
         "entities": ["api-gateway"],
-        "question": "When did our website's security credential lapse so visitors couldn't connect?",
+        "question": "When did the SSL cert lapse and HTTPS connections start failing?",
     },
     {
         "summary": "The database server's disk filled up and writes started failing",
         "action": "Deleted old WAL archives and extended the volume",
         "observation": "Free space hit zero at 03:12; inserts returned 'no space left on device'",
         "entities": ["pg-primary"],
-        "question": "Did storage ever run short on the main Postgres machine?",
+        "question": "Was Postgres unable to save data once its storage was exhausted?",
     },
     {
         "summary": "A DNS change pointed the shop domain at the old servers",
         "action": "Reverted the DNS record and lowered its TTL",
         "observation": "Half of the customers landed on a maintenance page for two hours",
         "entities": ["shop-dns"],
-        "question": "Was there a time the store's address sent people to retired machines?",
+        "question": "Did a nameserver mistake send shoppers to decommissioned hosts?",
     },
     {
         "summary": "An API key was committed to the public repository",
         "action": "Revoked the key, rotated secrets and purged it from git history",
         "observation": "The secret scanner flagged the commit eleven minutes after the push",
         "entities": ["secret-scanner"],
-        "question": "Did someone accidentally leak a credential in our open source code?",
-    },
-    {
-        "summary": "Checkout queries slowed to several seconds after an index was dropped",
-        "action": "Recreated the index concurrently",
-        "observation": "p95 latency of the orders endpoint went from 80 ms to 4 s",
-        "entities": ["orders-db"],
-        "question": "Why did purchasing suddenly become sluggish for shoppers?",
+        "question": "Did someone accidentally expose a credential on GitHub?",
     },
     {
         "summary": "The Android app crashed on startup for users on version 5.2",
         "action": "Rolled back the release in the Play Store",
         "observation": "Crash reports spiked to 12% of sessions",
         "entities": ["android-app"],
-        "question": "Did phones running our latest build keep closing right after launch?",
-    },
-    {
-        "summary": "The card payment provider returned timeouts for forty minutes",
-        "action": "Switched traffic to the backup processor",
-        "observation": "Authorisation failures reached 30% during the outage",
-        "entities": ["card-acquirer"],
-        "question": "Have charges ever been declined because a third-party billing partner went down?",
+        "question": "Did the mobile application die on launch after the newest update?",
     },
     {
         "summary": "Outgoing emails were marked as spam by major inboxes",
         "action": "Fixed the SPF and DKIM records",
         "observation": "Bounce reports showed the sender domain failed authentication",
-        "entities": ["mail-relay"],
-        "question": "Why were our newsletters landing in junk folders?",
-    },
-    {
-        "summary": "The monthly backup restore drill failed because the archive was corrupt",
-        "action": "Re-ran the backup and verified its checksum",
-        "observation": "The restore stopped at 62% with a checksum mismatch",
-        "entities": ["backup-vault"],
-        "question": "Did a recovery rehearsal ever break on a damaged snapshot?",
+        "entities": ["smtp-relay"],
+        "question": "Why were our outbound mails being flagged as junk by Gmail and Outlook?",
     },
     {
         "summary": "The cloud bill tripled because a test cluster was left running",
         "action": "Shut down the idle cluster and added a budget alert",
         "observation": "Forty GPU nodes had been idle for nine days",
         "entities": ["gpu-pool"],
-        "question": "What made our hosting costs jump so much?",
-    },
-    {
-        "summary": "Order events piled up because the consumer group stopped committing offsets",
-        "action": "Restarted the consumers and reset their offsets",
-        "observation": "Lag on the orders topic reached two million messages",
-        "entities": ["kafka-orders"],
-        "question": "Was there a backlog where purchase notifications weren't being handled?",
+        "question": "Why did AWS spending go up 3x because forgotten machines stayed on?",
     },
     {
         "summary": "The invoice cron job ran an hour early after the daylight saving change",
@@ -313,13 +318,6 @@ INCIDENTS: tuple[dict[str, Any], ...] = (
         "question": "Did billing statements get sent at the wrong moment when clocks shifted?",
     },
     {
-        "summary": "The maps API started rejecting requests with HTTP 429",
-        "action": "Added caching and request batching",
-        "observation": "We were making 50 calls per page view",
-        "entities": ["maps-client"],
-        "question": "Did a vendor throttle our traffic for hitting their service too often?",
-    },
-    {
         "summary": "Customer names were garbled after the CRM migration",
         "action": "Re-imported the records with UTF-8 encoding",
         "observation": "Accented characters such as é turned into question marks",
@@ -327,46 +325,18 @@ INCIDENTS: tuple[dict[str, Any], ...] = (
         "question": "Why did client identities show scrambled letters after we switched sales tools?",
     },
     {
-        "summary": "The load balancer marked all web nodes unhealthy after the health check path changed",
-        "action": "Restored the old health endpoint",
-        "observation": "Every request returned 503 for six minutes",
-        "entities": ["edge-lb"],
-        "question": "Was the whole site unreachable because traffic routing thought each machine was broken?",
-    },
-    {
-        "summary": "The product search index stopped updating after the reindex job hung",
-        "action": "Killed the stuck job and rebuilt the index",
-        "observation": "New products did not appear in results for a day",
-        "entities": ["catalog-index"],
-        "question": "Why couldn't shoppers find recently added items?",
-    },
-    {
-        "summary": "Employees could not log in because the identity provider's signing key rotated",
-        "action": "Uploaded the new signing certificate to every app",
-        "observation": "Login attempts failed with an invalid signature error",
-        "entities": ["idp"],
-        "question": "Were colleagues unable to reach internal dashboards after a change at our authentication vendor?",
-    },
-    {
-        "summary": "A malformed message blocked the notification queue",
-        "action": "Moved the message to a dead-letter queue",
-        "observation": "The same message was retried 40,000 times",
-        "entities": ["notify-queue"],
-        "question": "Did one broken payload stall push alerts for everyone?",
-    },
-    {
         "summary": "Builds failed because the container registry hit its storage quota",
         "action": "Pruned old images and raised the quota",
         "observation": "Pushes were rejected with 'quota exceeded'",
         "entities": ["registry"],
-        "question": "Why did the pipeline stop producing artifacts?",
+        "question": "Why was uploading Docker layers refused because space ran out?",
     },
     {
         "summary": "Token validation failed on two servers whose clocks drifted by five minutes",
         "action": "Enabled NTP synchronisation on the hosts",
         "observation": "Requests were rejected as 'token not yet valid'",
         "entities": ["auth-hosts"],
-        "question": "Did machines disagree about the hour and break authentication?",
+        "question": "Did skewed machine time break authentication?",
     },
     {
         "summary": "A cleanup script deleted the staging bucket's uploads",
@@ -376,34 +346,6 @@ INCIDENTS: tuple[dict[str, Any], ...] = (
         "question": "Have we ever lost profile pictures because an automated tidy-up went wrong?",
     },
     {
-        "summary": "Redis evictions caused a thundering herd on the database",
-        "action": "Added request coalescing and jittered expiry",
-        "observation": "Database CPU stayed at 100% for twenty minutes",
-        "entities": ["redis-main"],
-        "question": "Was the primary datastore overwhelmed when lots of cached entries vanished at once?",
-    },
-    {
-        "summary": "Partner webhooks were rejected after we rotated the shared secret",
-        "action": "Sent the new secret to the partner and accepted both for a week",
-        "observation": "Their delivery dashboard showed 4,000 failed callbacks",
-        "entities": ["webhook-relay"],
-        "question": "Did an integration stop getting through once we swapped a password?",
-    },
-    {
-        "summary": "The German checkout page showed untranslated placeholder text",
-        "action": "Added the missing strings to the locale file",
-        "observation": "Buttons read 'checkout.confirm.label' instead of a word",
-        "entities": ["i18n"],
-        "question": "Did users in Berlin see raw template keys when paying?",
-    },
-    {
-        "summary": "A firewall rule blocked the office VPN",
-        "action": "Allowed UDP port 1194 again",
-        "observation": "Remote staff could not connect from 09:00",
-        "entities": ["vpn-gateway"],
-        "question": "Why were people working from home cut off from the corporate network?",
-    },
-    {
         "summary": "The Java service paused for seconds during garbage collection",
         "action": "Switched to the G1 collector and resized the heap",
         "observation": "Pauses of up to 7 s matched the timeout spikes",
@@ -411,11 +353,60 @@ INCIDENTS: tuple[dict[str, Any], ...] = (
         "question": "Were there freezes in the JVM app while it reclaimed memory?",
     },
     {
-        "summary": "A pricing import set every item in the sale category to zero",
-        "action": "Restored prices from the previous catalogue export",
-        "observation": "Orders worth 12,000 euros were placed at no cost",
-        "entities": ["pricing-feed"],
-        "question": "Did products ever get listed as free by mistake?",
+        "summary": "The Wi-Fi in the London office kept dropping every few minutes",
+        "action": "Replaced the faulty access point on the second floor",
+        "observation": "Laptops lost their connection about twenty times an hour",
+        "entities": ["office-wlan"],
+        "question": "Why did the wireless network at our UK site keep disconnecting?",
+    },
+    {
+        "summary": "Search results showed products that were out of stock",
+        "action": "Filtered unavailable products out of the search query",
+        "observation": "Customers complained they could not buy what they found",
+        "entities": ["catalog-search"],
+        "question": "Why did shoppers find goods they were unable to purchase?",
+    },
+    {
+        "summary": "The marketing website went down because its domain registration expired",
+        "action": "Renewed the domain and enabled auto-renewal",
+        "observation": "Visitors saw the registrar's placeholder instead",
+        "entities": ["marketing-site"],
+        "question": "Did our promo pages go offline because we let the web address lapse?",
+    },
+    {
+        "summary": "The calendar sync duplicated every meeting on the team calendars",
+        "action": "Removed the duplicate events and pinned the sync version",
+        "observation": "Everyone saw each invite duplicated",
+        "entities": ["calendar-sync"],
+        "question": "Why did all appointments appear twice in our schedules?",
+    },
+    {
+        "summary": "The support chatbot started answering customers in Spanish",
+        "action": "Fixed the locale detection setting of the chatbot",
+        "observation": "English-speaking users got responses they could not read",
+        "entities": ["support-bot"],
+        "question": "Why did our help assistant reply to clients in the wrong language?",
+    },
+    {
+        "summary": "The CEO's laptop was stolen from a parked car",
+        "action": "Wiped the laptop remotely and rotated its credentials",
+        "observation": "The disk was encrypted and no data was accessed",
+        "entities": ["ceo-laptop"],
+        "question": "Did an executive's notebook computer get taken from a vehicle?",
+    },
+    {
+        "summary": "A power cut in the Lisbon data centre took down half the racks",
+        "action": "Moved the affected workloads to the second site",
+        "observation": "The backup generator failed to start",
+        "entities": ["lisbon-dc"],
+        "question": "Did losing electricity at the Portuguese facility knock out servers?",
+    },
+    {
+        "summary": "The HR system emailed every employee's salary to the whole company",
+        "action": "Recalled the message and disabled the report schedule",
+        "observation": "About 900 people received the spreadsheet",
+        "entities": ["hr-portal"],
+        "question": "Did compensation figures get sent to all staff by mistake?",
     },
 )
 
@@ -648,16 +639,16 @@ QUESTIONS_B3 = (
 
 # B4: events that never happened, in a vocabulary no episode of the run uses.
 NEVER_SUBJECTS = (
-    "payroll bureau",
-    "trademark filing",
+    "ski trip",
+    "trademark dispute",
     "headquarters relocation",
     "podcast launch",
     "van fleet",
     "solar panels",
-    "parking permits",
+    "fishing permits",
     "gala dinner",
     "cafeteria caterer",
-    "charity fundraiser",
+    "choir rehearsal",
     "museum sponsorship",
     "drone footage",
     "wine shipment",
@@ -679,7 +670,7 @@ NEVER_ACTIONS = (
 )
 NEVER_TEMPLATES = (
     "What happened when we {done} the {subject}?",
-    "Did anyone ever look into the {subject} {noun}?",
+    "What came of the {subject} {noun}?",
     "How did the {subject} {noun} go?",
     "Who handled the {subject} {noun}?",
 )
@@ -947,8 +938,8 @@ def _b2_item(draw: Draw, number: int) -> ItemSpec:
             _episode(
                 f"b2_{number:04d}:v{index + 1}",
                 phase=0,
-                occurred_at=draw.moment(
-                    T0 - timedelta(days=days[index]), T0 - timedelta(days=days[index] - 1)
+                occurred_at=(T0 - timedelta(days=days[index])).replace(
+                    hour=rng.randrange(8, 20), minute=rng.randrange(60)
                 ),
                 outcome=outcome,
                 actor=value if feature == "person" else actor,
@@ -1029,6 +1020,7 @@ def _b3_item(draw: Draw, number: int) -> ItemSpec:
         "text": rng.choice(QUESTIONS_B3).format(matter=matter),
         "expects": [e["ref"] for e in episodes],
         "sessions": {e["ref"]: e["session_id"] for e in episodes},
+        "matter": matter,
     }
     data = {"episodes": episodes, "questions": [question]}
     return _spec(
