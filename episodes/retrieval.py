@@ -35,6 +35,14 @@ for the embedder in use and EVIDENCE_METRIC, else DEFAULT_ABSTENTION_THRESHOLD �
 the result is abstained: no hits, the best candidates as near misses. Every
 result says which threshold and model applied.
 
+Episodes are read in their session's context (episodes.session_context): the
+episode just before and just after each candidate in its session join the
+candidates, and each candidate's text rank, coverage and similarity gain
+CONTEXT_WEIGHTS × its best neighbour's (the lists rank by those; the signals
+keep both, and abstention compares the episode's own values). The query
+vector leaves out the names of the agent's actors (episodes.query_analysis)
+when episode_search embeds the query itself.
+
 Each signal is one function (`_text_list`, `_vector_list`, `_recency_list`,
 `_entity_list`), and SIGNAL_WEIGHTS holds the fusion weights, so a new signal
 is a new function and a weight.
@@ -84,6 +92,10 @@ MIN_CANDIDATES = 30
 MAX_CANDIDATES = 300
 
 RECENCY_HALF_LIFE_DAYS = 30.0
+
+# Session context: the share of its best session neighbour's value a candidate
+# gains, per value (0 turns it off). Measured on LoCoMo: docs/benchmarks.md.
+CONTEXT_WEIGHTS: dict[str, float] = {"text_rank": 0.7, "similarity": 0.5, "coverage": 0.7}
 
 # Vector search. At most EXACT_SCAN_MAX_ROWS rows of the agent (after the
 # agent/session/time filters, which have indexes): compare with every one.
@@ -589,6 +601,11 @@ class _Candidate:
     signals: dict[str, float | int | None] = field(default_factory=dict)
     score: float = 0.0
     evidence: float | None = None
+    # text_rank / similarity / coverage with the session context (what the lists rank by)
+    context: dict[str, float | None] = field(default_factory=dict)
+
+    def ranked(self, name: str) -> float | None:
+        return self.context[name] if name in self.context else getattr(self, name)
 
 
 # Each returns the candidates it ranks, best first, and records its signal;
@@ -606,15 +623,15 @@ def _tiebreak(c: _Candidate) -> tuple:
 def _text_list(cands: list[_Candidate], **_) -> list[_Candidate]:
     for c in cands:
         c.signals["text_rank"] = None if c.text_rank is None else round(c.text_rank, 6)
-    ranked = [c for c in cands if c.text_rank is not None]
-    return sorted(ranked, key=lambda c: (-round(c.text_rank, 9), *_tiebreak(c)))
+    ranked = [c for c in cands if c.ranked("text_rank") is not None]
+    return sorted(ranked, key=lambda c: (-round(c.ranked("text_rank"), 9), *_tiebreak(c)))
 
 
 def _vector_list(cands: list[_Candidate], **_) -> list[_Candidate]:
     for c in cands:
         c.signals["vector_similarity"] = None if c.similarity is None else round(c.similarity, 6)
-    ranked = [c for c in cands if c.similarity is not None]
-    return sorted(ranked, key=lambda c: (-round(c.similarity, 9), *_tiebreak(c)))
+    ranked = [c for c in cands if c.ranked("similarity") is not None]
+    return sorted(ranked, key=lambda c: (-round(c.ranked("similarity"), 9), *_tiebreak(c)))
 
 
 def _recency_list(cands: list[_Candidate], *, now: datetime, **_) -> list[_Candidate]:
@@ -648,7 +665,7 @@ def _contribution(name: str, c: _Candidate) -> float:
     sharing one common word with a question does not outrank the semantic
     match (see the module doc)."""
     if name == "text":
-        return (c.coverage or 0.0) ** TEXT_COVERAGE_POWER
+        return min(c.ranked("coverage") or 0.0, 1.0) ** TEXT_COVERAGE_POWER
     return 1.0
 
 
@@ -811,6 +828,62 @@ def _with_exact_vectors(
     ]
 
 
+def _with_session_context(
+    spec: _Spec, cands: list[_Candidate], vector: Sequence[float] | None
+) -> list[_Candidate]:
+    """The candidates plus their session neighbours (under the same filters),
+    each with its values spread from its neighbours into `context`."""
+    from .session_context import session_neighbours, spread, symmetric
+
+    if not cands:
+        return cands
+    by_id = {c.obj.pk: c for c in cands}
+    with connection.cursor() as cursor:
+        neighbours, rows = session_neighbours(
+            table=spec.table,
+            where_sql=spec.where_sql,
+            params=spec.params,
+            ids=list(by_id),
+            vector_literal=_vector_literal(vector) if vector is not None else None,
+            cursor=cursor,
+            columns=spec.columns,
+        )
+    attnames = [f.attname for f in spec.model._meta.concrete_fields if f.column in spec.columns]
+    for pk, (row, distance) in rows.items():
+        if pk in by_id:
+            continue
+        obj = spec.model.from_db(connection.alias, attnames, row)
+        obj.embedded = distance is not None
+        by_id[obj.pk] = _Candidate(
+            obj=obj,
+            text_rank=None,
+            similarity=None if distance is None else 1.0 - distance,
+            shared=None,
+            coverage=None,
+            embedded=distance is not None,
+        )
+    related = symmetric(neighbours)
+    floors = {
+        "similarity": min(
+            (c.similarity for c in by_id.values() if c.similarity is not None), default=0.0
+        )
+    }
+    for name, weight in CONTEXT_WEIGHTS.items():
+        if not weight:
+            continue
+        values = spread(
+            {pk: getattr(c, name) for pk, c in by_id.items()},
+            related,
+            weight=weight,
+            floor=floors.get(name, 0.0),
+        )
+        for pk, c in by_id.items():
+            c.context[name] = values.get(pk)
+            if values.get(pk) != getattr(c, name):
+                c.signals[f"context_{name}"] = round(values[pk], 6)
+    return list(by_id.values())
+
+
 def _search(
     *,
     spec: _Spec,
@@ -831,6 +904,8 @@ def _search(
     k = min(max(limit * CANDIDATES_PER_HIT, MIN_CANDIDATES), MAX_CANDIDATES)
     fetched = _fetch(spec, agent, query, vector, entities, k, embedder.name)
     cands = fetched.cands
+    if spec.kind == "episode" and any(CONTEXT_WEIGHTS.values()):
+        cands = _with_session_context(spec, cands, vector)
 
     lists = {}
     for name, signal in signals.items():
@@ -874,8 +949,9 @@ def episode_search(
     """This agent's episodes that best answer `query`, best first (see the module doc).
 
     Filters are hard conditions on every candidate list; `filters.entities`
-    only boosts. The query is embedded with the process embedder unless
-    `query_embedding` (from the same model) is given. `now` anchors recency
+    only boosts. The query is embedded with the process embedder — without
+    the names of the agent's actors (episodes.query_analysis.dense_query_text)
+    — unless `query_embedding` (from the same model) is given. `now` anchors recency
     (default: the current time). With `abstain`, a result whose best evidence
     is below the threshold has no hits and up to NEAR_MISSES near misses.
     Raises InvalidInput for an empty query or one over MAX_QUERY_CHARS, a limit
@@ -888,6 +964,13 @@ def episode_search(
     _check_limit(limit)
     filters = filters or SearchFilters()
     _check_filters(filters)
+    if query_embedding is None:
+        from piper.embeddings import get_embedder
+
+        from .query_analysis import dense_query_text
+
+        # The agent's actor names weigh on the vector, not on what sets episodes apart.
+        query_embedding = get_embedder().embed_one(dense_query_text(agent_id=agent.pk, query=query))
     return _search(
         spec=_episode_spec(agent, filters),
         agent=agent,

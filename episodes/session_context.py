@@ -35,8 +35,10 @@ def session_neighbours(
     ids: Sequence[uuid.UUID],
     vector_literal: str | None,
     cursor,
-) -> tuple[dict[uuid.UUID, list[uuid.UUID]], dict[uuid.UUID, float | None]]:
-    """(candidate id -> its neighbours' ids, neighbour id -> cosine distance or None).
+    columns: Sequence[str] = ("id",),
+) -> tuple[dict[uuid.UUID, list[uuid.UUID]], dict[uuid.UUID, tuple[tuple, float | None]]]:
+    """(candidate id -> its neighbours' ids, neighbour id -> (its `columns`,
+    its cosine distance to the query or None)), in one statement.
 
     `where_sql` (on alias e) and `params` are the search's conditions — the
     agent and every filter — so a neighbour is always a row the search could
@@ -48,7 +50,8 @@ def session_neighbours(
     sides = []
     for op, order in (("<", "DESC"), (">", "ASC")):
         sides.append(
-            f"""(SELECT e.id, {distance} AS distance FROM {table} e
+            f"""(SELECT {", ".join(f"e.{c}" for c in columns)}, {distance} AS distance
+                  FROM {table} e
                  WHERE {where_sql} AND e.session_id = c.session_id
                    AND (e.occurred_at, e.id) {op} (c.occurred_at, c.id)
                  ORDER BY e.occurred_at {order}, e.id {order} LIMIT %(ctx_radius)s)"""
@@ -58,7 +61,7 @@ WITH c AS (
     SELECT e.id, e.session_id, e.occurred_at FROM {table} e
      WHERE e.id = ANY(%(ctx_ids)s::uuid[]) AND e.session_id <> ''
 )
-SELECT c.id, n.id, n.distance
+SELECT c.id, n.*
   FROM c CROSS JOIN LATERAL ({" UNION ALL ".join(sides)}) n"""
     cursor.execute(
         sql,
@@ -69,12 +72,13 @@ SELECT c.id, n.id, n.distance
             "ctx_radius": CONTEXT_RADIUS,
         },
     )
+    id_at = list(columns).index("id")
     neighbours: dict[uuid.UUID, list[uuid.UUID]] = {}
-    distances: dict[uuid.UUID, float | None] = {}
-    for of_id, nb_id, dist in cursor.fetchall():
-        neighbours.setdefault(of_id, []).append(nb_id)
-        distances[nb_id] = None if dist is None else float(dist)
-    return neighbours, distances
+    rows: dict[uuid.UUID, tuple[tuple, float | None]] = {}
+    for of_id, *row, dist in cursor.fetchall():
+        neighbours.setdefault(of_id, []).append(row[id_at])
+        rows[row[id_at]] = (tuple(row), None if dist is None else float(dist))
+    return neighbours, rows
 
 
 def symmetric(neighbours: Mapping[uuid.UUID, Sequence[uuid.UUID]]) -> dict[uuid.UUID, set]:
