@@ -279,18 +279,19 @@ LAST_NAMES = (
     "Kowalczyk",
     "Lindgren",
 )
-COMPANIES = (
-    "Northwind Traders",
-    "Blue Harbor Logistics",
-    "Copperleaf Analytics",
-    "Redwood Robotics",
-    "Silverline Foods",
-    "Granite Peak Bank",
-    "Lumen Health",
-    "Tidewater Energy",
-    "Brightforge Studios",
-    "Ironbark Freight",
+COMPANY_NAMES = (
+    "Northwind",
+    "Blue Harbor",
+    "Copperleaf",
+    "Redwood",
+    "Silverline",
+    "Granite Peak",
+    "Lumen",
+    "Tidewater",
+    "Brightforge",
+    "Ironbark",
 )
+COMPANY_KINDS = ("Traders", "Logistics", "Analytics", "Robotics", "Foods", "Health", "Energy")
 CITIES = ("Rotterdam", "Valencia", "Gdansk", "Porto", "Leipzig", "Turin", "Bergen", "Ghent")
 MULTI_HOP_QUESTIONS = (
     "In which city is the company that {person} works for based?",
@@ -310,6 +311,9 @@ class Draw:
         people = [f"{f} {last}" for f in FIRST_NAMES for last in LAST_NAMES]
         rng.shuffle(people)
         self.people = people
+        companies = [f"{name} {kind}" for name in COMPANY_NAMES for kind in COMPANY_KINDS]
+        rng.shuffle(companies)
+        self.companies = companies
         self.incidents = list(range(len(INCIDENTS)))
         rng.shuffle(self.incidents)
         self.known: list[tuple[str, list[str]]] = []  # G1 subjects and the predicates told
@@ -317,6 +321,18 @@ class Draw:
     def subject(self) -> str:
         """A subject no other item uses (codename and noun)."""
         return self.subjects.pop()
+
+    def lookalike(self) -> str:
+        """An unused subject that shares its codename with one the agent was told
+        about (another noun), or any unused one when there is none."""
+        for known, _ in self.known[::-1]:
+            codename = known.split()[0]
+            free = [s for s in self.subjects if s.split()[0] == codename]
+            if free:
+                choice = self.rng.choice(free)
+                self.subjects.remove(choice)
+                return choice
+        return self.subject()
 
     def system(self) -> str:
         if not self.systems:
@@ -372,7 +388,7 @@ def _g1_item(draw: Draw, number: int) -> ItemSpec:
     if kind == "unknowable":
         if variant == 0 or not draw.known:
             how = "unknown_subject"
-            subject = draw.subject()  # never told anything
+            subject = draw.lookalike()  # never told anything, named like what was
             predicate = rng.choice(list(PREDICATES))
         else:
             how = "unknown_predicate"
@@ -499,9 +515,7 @@ def _g2_item(draw: Draw, number: int) -> ItemSpec:
         text = rng.choice(kind["questions"]).format(title=title)
         expects = {"kind": "chunk", "ref": f"{ref}:source", "sentence": sentence}
     else:  # multi_hop
-        person, company, city = draw.person(), COMPANIES[number % len(COMPANIES)], None
-        company = f"{company} {number}"
-        city = rng.choice(CITIES)
+        person, company, city = draw.person(), draw.companies.pop(), rng.choice(CITIES)
         data["facts"] += [
             _claim(
                 f"{ref}:works_for",
