@@ -39,7 +39,8 @@ Episodes are read in their session's context (episodes.session_context): the
 episode just before and just after each candidate in its session join the
 candidates, and each candidate's text rank, coverage and similarity gain
 CONTEXT_WEIGHTS × its best neighbour's (the lists rank by those; the signals
-keep both, and abstention compares the episode's own values). The query
+keep both, and abstention compares the episode's own values). After fusion
+each episode gains SESSION_WEIGHT × the best fused score in its session. The query
 vector leaves out the names of the agent's actors (episodes.query_analysis)
 when episode_search embeds the query itself.
 
@@ -96,6 +97,9 @@ RECENCY_HALF_LIFE_DAYS = 30.0
 # Session context: the share of its best session neighbour's value a candidate
 # gains, per value (0 turns it off). Measured on LoCoMo: docs/benchmarks.md.
 CONTEXT_WEIGHTS: dict[str, float] = {"text_rank": 0.7, "similarity": 0.5, "coverage": 0.7}
+# After fusion, an episode gains this × the best fused score in its session
+# (itself included): evidence comes in sessions. 0 turns it off.
+SESSION_WEIGHT = 0.5
 
 # Vector search. At most EXACT_SCAN_MAX_ROWS rows of the agent (after the
 # agent/session/time filters, which have indexes): compare with every one.
@@ -677,6 +681,19 @@ def _fuse(lists: dict[str, list[_Candidate]]) -> None:
             c.score += weight * _contribution(name, c) / (RRF_K + position)
 
 
+def _session_boost(cands: list[_Candidate]) -> None:
+    """Each episode with a session gains SESSION_WEIGHT × the best fused score
+    among its session's candidates (`session_best` in its signals)."""
+    best: dict[str, float] = {}
+    for c in cands:
+        if c.obj.session_id:
+            best[c.obj.session_id] = max(best.get(c.obj.session_id, 0.0), c.score)
+    for c in cands:
+        if c.obj.session_id:
+            c.signals["session_best"] = round(best[c.obj.session_id], 6)
+            c.score += SESSION_WEIGHT * best[c.obj.session_id]
+
+
 def _evidence(c: _Candidate) -> float | None:
     """What abstention compares with the threshold (EVIDENCE_METRIC)."""
     if c.similarity is not None:
@@ -913,6 +930,8 @@ def _search(
             continue
         lists[name] = signal(cands, now=now or timezone.now())
     _fuse(lists)
+    if spec.kind == "episode" and SESSION_WEIGHT:
+        _session_boost(cands)
     for c in cands:
         c.evidence = _evidence(c)
         c.signals["coverage"] = None if c.coverage is None else round(c.coverage, 6)

@@ -130,3 +130,25 @@ def test_abstention_compares_the_episodes_own_evidence(agent_a):
     for hit in with_context.hits:
         if hit.signals["text_rank"] is None:
             assert hit.signals["evidence"] is None or hit.signals["evidence"] <= own
+
+
+def test_an_episode_gains_a_share_of_its_sessions_best_score(agent_a, monkeypatch):
+    monkeypatch.setattr(
+        retrieval, "CONTEXT_WEIGHTS", {"text_rank": 0.0, "similarity": 0.0, "coverage": 0.0}
+    )
+    _conversation(agent_a)
+    lone = record(agent_a, summary="resolver notes", occurred_at=T0 + timedelta(hours=1))
+    result = _search(agent_a, "resolver deploy")
+    by_summary = {h.obj.summary: h for h in result.hits}
+    best = max(h.signals.get("session_best") or 0 for h in result.hits)
+    question = by_summary["Did you ever get the flaky deploy working again?"]
+    answer = by_summary["Yes: pinning the resolver in the base image solved it."]
+    # both s1 turns carry s1's best fused score; the sessionless row carries none
+    assert question.signals["session_best"] == answer.signals["session_best"] == best
+    assert "session_best" not in by_summary[lone.summary].signals
+    weight = retrieval.SESSION_WEIGHT
+    assert weight > 0
+    monkeypatch.setattr(retrieval, "SESSION_WEIGHT", 0.0)
+    unboosted = {h.obj.summary: h.score for h in _search(agent_a, "resolver deploy").hits}
+    assert answer.score == pytest.approx(unboosted[answer.obj.summary] + weight * best, abs=1e-5)
+    assert by_summary[lone.summary].score == pytest.approx(unboosted[lone.summary], abs=1e-6)
