@@ -108,13 +108,13 @@ HNSW_EF_SEARCH = 100
 # How far an iterative scan may walk the graph before giving up (pgvector's default).
 HNSW_MAX_SCAN_TUPLES = 20_000
 
-# Full text: lexemes in more than this share of all rows (planner statistics)
-# only re-rank candidates; they do not bring rows in, unless the query has no
-# rarer lexeme (then rows holding two of its POOL_PAIR_LEXEMES rarest do).
-POOL_MAX_FREQUENCY = 0.02
-POOL_PAIR_LEXEMES = 4
-# The text candidates are ranked among at most this many matching rows.
-POOL_MAX_ROWS = 5_000
+# Full text: which lexemes bring rows in as candidates (see _pool_plan).
+POOL_MAX_GLOBAL_ROWS = 20_000
+POOL_MAX_AGENT_ROWS = 1_000
+POOL_GLOBAL_BUDGET = 40_000
+# The text candidates are ranked among at most this many matching rows (a
+# query of only very common words is otherwise a scan of the agent's rows).
+POOL_MAX_ROWS = 1_000
 ROW_COUNT_CACHE_SECONDS = 60.0
 # ts_rank normalization 1: divide by 1 + log(document length).
 TS_RANK_NORMALIZATION = 1
@@ -263,30 +263,40 @@ def _check_embedding(query_embedding: Sequence[float] | None, dimension: int) ->
 # ------------------------------------------------------- lexeme statistics
 
 _cache_lock = threading.Lock()
-_frequency_cache: dict[str, tuple[float, dict[str, float]]] = {}
+_frequency_cache: dict[str, tuple[float, dict[str, float], float | None, float]] = {}
 _count_cache: dict[tuple[str, uuid.UUID], tuple[float, int]] = {}
 
 
-def _global_frequencies(table: str) -> dict[str, float]:
-    """lexeme → share of all rows of `table` containing it, for the lexemes the
-    planner's statistics list as most common (pg_stats), cached for
-    STATS_CACHE_SECONDS; {} for a table never analysed."""
+def _global_frequencies(table: str) -> tuple[dict[str, float], float | None, float]:
+    """(lexeme → share of all rows of `table` containing it, for the lexemes the
+    planner's statistics list as most common (pg_stats); the share assumed for
+    any other lexeme: half the least common listed, as the planner does), cached
+    for STATS_CACHE_SECONDS; ({}, None) for a table never analysed; and the
+    planner's row count of the whole table."""
     now = time.monotonic()
     cached = _frequency_cache.get(table)
     if cached is not None and now - cached[0] < STATS_CACHE_SECONDS:
-        return cached[1]
+        return cached[1], cached[2], cached[3]
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT most_common_elems::text::text[], most_common_elem_freqs"
-            "  FROM pg_stats WHERE schemaname = current_schema()"
-            "   AND tablename = %s AND attname = 'search_vector'",
+            "SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs,"
+            "       greatest(c.reltuples, 0)::float8"
+            "  FROM pg_class c LEFT JOIN pg_stats s ON s.schemaname = current_schema()"
+            "   AND s.tablename = c.relname AND s.attname = 'search_vector'"
+            " WHERE c.oid = %s::regclass",
             [table],
         )
         row = cursor.fetchone()
-    frequencies = dict(zip(row[0], row[1], strict=False)) if row and row[0] and row[1] else {}
+    frequencies: dict[str, float] = {}
+    other = None
+    if row and row[0] and row[1]:
+        # most_common_elem_freqs: one per element, then min, max and the null share.
+        frequencies = dict(zip(row[0], row[1], strict=False))
+        other = min(row[1][: len(row[0])]) / 2
+    total = float(row[2]) if row else 0.0
     with _cache_lock:
-        _frequency_cache[table] = (now, frequencies)
-    return frequencies
+        _frequency_cache[table] = (now, frequencies, other, total)
+    return frequencies, other, total
 
 
 def _agent_rows(table: str, agent: Agent) -> int:
@@ -317,38 +327,41 @@ def forget_statistics() -> None:
 @dataclass(frozen=True)
 class _Lexeme:
     text: str
-    # Share of all rows containing it, when the statistics list it as common.
-    common_frequency: float | None
+    # Its share of all rows, from the statistics; None without statistics.
+    frequency: float | None
 
 
 def _lexemes(texts: list[str], table: str) -> list[_Lexeme]:
-    frequencies = _global_frequencies(table)
-    out = [_Lexeme(t, frequencies.get(t)) for t in texts]
+    frequencies, other, _ = _global_frequencies(table)
+    out = [_Lexeme(t, frequencies.get(t, other)) for t in texts]
     if len(out) > MAX_QUERY_LEXEMES:
-        # The rarest first: an uncommon lexeme (None) before any common one.
-        rarest = sorted(out, key=lambda lx: lx.common_frequency or 0.0)[:MAX_QUERY_LEXEMES]
-        out = [lx for lx in out if lx in rarest]
+        keep = sorted(out, key=lambda lx: lx.frequency or 0.0)[:MAX_QUERY_LEXEMES]
+        out = [lx for lx in out if lx in keep]
     return out
 
 
-def _pool_query(lexemes: list[_Lexeme]) -> str:
-    """The tsquery whose matches become text candidates.
+def _pool_plan(lexemes: list[_Lexeme], agent_rows: int, total_rows: float) -> set[int]:
+    """Which lexemes (by index) bring their rows in as text candidates.
 
-    Every lexeme the statistics do not list as common above POOL_MAX_FREQUENCY
-    (all of them, without statistics); when there is none, rows holding two of
-    the POOL_PAIR_LEXEMES rarest; a lone common lexeme on its own. The others
-    still count in each candidate's rank."""
-    rare = [lx for lx in lexemes if (lx.common_frequency or 0.0) <= POOL_MAX_FREQUENCY]
-    if rare:
-        return " | ".join(_tsquery_literal(lx.text) for lx in rare)
-    common = sorted(lexemes, key=lambda lx: lx.common_frequency)[:POOL_PAIR_LEXEMES]
-    if len(common) == 1:
-        return _tsquery_literal(common[0].text)
-    return " | ".join(
-        f"({_tsquery_literal(a.text)} & {_tsquery_literal(b.text)})"
-        for i, a in enumerate(common)
-        for b in common[i + 1 :]
-    )
+    Reading a lexeme's matches costs its posting list over every agent's rows
+    (GIN) and a heap visit for each of this agent's: only lexemes expected in
+    at most POOL_MAX_GLOBAL_ROWS rows in all and POOL_MAX_AGENT_ROWS of the
+    agent's qualify, rarest first, until their posting lists add up to
+    POOL_GLOBAL_BUDGET. Without statistics, all of them. The others re-rank the
+    candidates the other lists bring (every candidate is scored on every lexeme)."""
+    if any(lx.frequency is None for lx in lexemes):
+        return set(range(len(lexemes)))
+    chosen: set[int] = set()
+    spent = 0.0
+    for i in sorted(range(len(lexemes)), key=lambda i: lexemes[i].frequency):
+        in_all = lexemes[i].frequency * total_rows
+        if in_all > POOL_MAX_GLOBAL_ROWS or lexemes[i].frequency * agent_rows > POOL_MAX_AGENT_ROWS:
+            break
+        if chosen and spent + in_all > POOL_GLOBAL_BUDGET:
+            break
+        chosen.add(i)
+        spent += in_all
+    return chosen
 
 
 def _tsquery_literal(text: str) -> str:
@@ -426,31 +439,58 @@ def _chunk_spec(agent: Agent, source_id: uuid.UUID | None) -> _Spec:
     )
 
 
-def _text_ctes(spec: _Spec, lexemes: list[_Lexeme], agent_rows: int, k: int) -> str:
-    """The pool of rows matching `_pool_query` (at most POOL_MAX_ROWS); each
-    lexeme's document frequency among them (or, for a lexeme outside the pool,
-    from the statistics); BM25's inverse document frequency from those; and
-    the K best rows by Σ idf × ts_rank, with their IDF-weighted coverage."""
-    spec.params.update(
-        pool=_pool_query(lexemes), pool_max=POOL_MAX_ROWS, k_text=k, n_rows=max(agent_rows, 1)
+def _rank_sql(count: int, weight: str) -> str:
+    """Σ idf × ts_rank of row e over the query's lexemes; `weight` names each idf."""
+    return (
+        "("
+        + " + ".join(
+            f"{weight.format(i=i)} * ts_rank(e.search_vector, %(lx{i})s::tsquery, "
+            f"{TS_RANK_NORMALIZATION})"
+            for i in range(count)
+        )
+        + ")::float8"
     )
-    counts, weights, rank, coverage = [], [], [], []
+
+
+def _coverage_sql(count: int, weight: str) -> str:
+    """The idf-weighted share of the query's lexemes row e holds."""
+    held = " + ".join(
+        f"CASE WHEN e.search_vector @@ %(lx{i})s::tsquery THEN {weight.format(i=i)} ELSE 0 END"
+        for i in range(count)
+    )
+    total = " + ".join(weight.format(i=i) for i in range(count))
+    return f"(({held}) / nullif({total}, 0))::float8"
+
+
+def _text_ctes(
+    spec: _Spec, lexemes: list[_Lexeme], agent_rows: int, total_rows: float, k: int
+) -> tuple[str, bool]:
+    """`weights`: each lexeme's BM25 inverse document frequency over the
+    agent's rows — its document frequency counted in the pool for a lexeme that
+    brings its rows in, else estimated from the statistics; and, when some
+    lexeme brings rows in, `text_hits`: the K best of at most POOL_MAX_ROWS
+    matching rows by Σ idf × ts_rank. Returns (SQL, whether text_hits exists)."""
+    pooled = _pool_plan(lexemes, agent_rows, total_rows)
+    spec.params.update(pool_max=POOL_MAX_ROWS, k_text=k, n_rows=max(agent_rows, 1))
+    counts, weights = [], []
     for i, lx in enumerate(lexemes):
         spec.params[f"lx{i}"] = _tsquery_literal(lx.text)
-        if lx.common_frequency is not None and lx.common_frequency > POOL_MAX_FREQUENCY:
-            spec.params[f"df{i}"] = lx.common_frequency * agent_rows
-            counts.append(f"%(df{i})s::float8 AS d{i}")
-        else:
+        if i in pooled:
             counts.append(
                 f"count(*) FILTER (WHERE p.search_vector @@ %(lx{i})s::tsquery)::float8 AS d{i}"
             )
+        else:
+            spec.params[f"df{i}"] = lx.frequency * agent_rows
+            counts.append(f"%(df{i})s::float8 AS d{i}")
         weights.append(f"ln(1 + (greatest(%(n_rows)s, d{i}) - d{i} + 0.5) / (d{i} + 0.5)) AS w{i}")
-        rank.append(
-            f"w.w{i} * ts_rank(p.search_vector, %(lx{i})s::tsquery, {TS_RANK_NORMALIZATION})"
-        )
-        coverage.append(f"CASE WHEN p.search_vector @@ %(lx{i})s::tsquery THEN w.w{i} ELSE 0 END")
-    total = " + ".join(f"w.w{i}" for i in range(len(lexemes)))
     dfs = ", ".join(f"d{i}" for i in range(len(lexemes)))
+    weights_sql = (
+        f"weights AS MATERIALIZED (SELECT {', '.join(weights)}, ARRAY[{dfs}] AS dfs FROM freq)"
+    )
+    if not pooled:
+        return f"\nfreq AS MATERIALIZED (SELECT {', '.join(counts)}),\n{weights_sql}", False
+    spec.params["pool"] = " | ".join(_tsquery_literal(lexemes[i].text) for i in sorted(pooled))
+    rank = _rank_sql(len(lexemes), "w.w{i}")
     return (
         f"""
 pool AS MATERIALIZED (
@@ -458,15 +498,14 @@ pool AS MATERIALIZED (
      WHERE {spec.where_sql} AND e.search_vector @@ %(pool)s::tsquery
      LIMIT %(pool_max)s
 ),
-freq AS MATERIALIZED (SELECT {", ".join(counts)} FROM pool p),
-weights AS MATERIALIZED (SELECT {", ".join(weights)}, ARRAY[{dfs}] AS dfs FROM freq),
+freq AS MATERIALIZED (SELECT count(*) AS pooled, {", ".join(counts)} FROM pool p),
+{weights_sql},
 text_hits AS MATERIALIZED (
-    SELECT p.id, ({" + ".join(rank)}) AS rank
-      FROM pool p CROSS JOIN weights w
-     ORDER BY rank DESC, p.id
+    SELECT e.id FROM pool e CROSS JOIN weights w
+     ORDER BY {rank} DESC, e.id
      LIMIT %(k_text)s
 )""",
-        f"(({' + '.join(coverage).replace('p.search_vector', 'e.search_vector')}) / nullif({total}, 0))::float8",
+        True,
     )
 
 
@@ -534,17 +573,18 @@ def _statement(
     spec: _Spec,
     lexemes: list[_Lexeme],
     agent_rows: int,
+    total_rows: float,
     vector: Sequence[float] | None,
     entities: Sequence[str],
     k: int,
 ) -> str:
     ctes, sources, joins = [], [], []
-    coverage = "NULL::float8"
     if lexemes:
-        text_sql, coverage = _text_ctes(spec, lexemes, agent_rows, k)
+        text_sql, pooled = _text_ctes(spec, lexemes, agent_rows, total_rows, k)
         ctes.append(text_sql)
-        sources.append("SELECT id FROM text_hits")
-        joins.append("LEFT JOIN text_hits t ON t.id = e.id CROSS JOIN weights w")
+        if pooled:
+            sources.append("SELECT id FROM text_hits")
+        joins.append("CROSS JOIN weights w")
     if vector is not None:
         spec.params["qv"] = _vector_literal(vector)
         ctes.append(_vector_ctes(spec, k))
@@ -555,10 +595,10 @@ def _statement(
         sources.append("SELECT id FROM entity_hits")
         joins.append("LEFT JOIN entity_hits n ON n.id = e.id")
     extra = [
-        "t.rank" if lexemes else "NULL::float8",
+        _rank_sql(len(lexemes), "w.w{i}") if lexemes else "NULL::float8",
         "v.distance" if vector is not None else "NULL::float8",
         "n.shared" if entities else "NULL::int",
-        coverage,
+        _coverage_sql(len(lexemes), "w.w{i}") if lexemes else "NULL::float8",
         "e.embedding IS NOT NULL",
         "(SELECT n FROM vec_rows)" if vector is not None else "NULL::bigint",
         "w.dfs" if lexemes else "NULL::float8[]",
@@ -575,16 +615,11 @@ SELECT {", ".join(columns + extra)}
 def _rows_by_id_sql(spec: _Spec, lexemes: list[_Lexeme], entities: Sequence[str]) -> str:
     """The main statement's columns for the rows %(ids)s (rows an exact scan
     added after the index gave up), with the weights the main statement used."""
-    coverage = "NULL::float8"
-    if lexemes:
-        terms = [
-            f"CASE WHEN e.search_vector @@ %(lx{i})s::tsquery THEN %(w{i})s ELSE 0 END"
-            for i in range(len(lexemes))
-        ]
-        coverage = f"(({' + '.join(terms)}) / nullif(%(w_total)s, 0))::float8"
+    rank = _rank_sql(len(lexemes), "%(w{i})s") if lexemes else "NULL::float8"
+    coverage = _coverage_sql(len(lexemes), "%(w{i})s") if lexemes else "NULL::float8"
     columns = [f"e.{c}" for c in spec.columns]
     return (
-        f"SELECT {', '.join(columns)}, NULL::float8, NULL::float8,"
+        f"SELECT {', '.join(columns)}, {rank}, NULL::float8,"
         f" {_SHARED_SQL if entities else 'NULL::int'}, {coverage}, e.embedding IS NOT NULL,"
         f" NULL::bigint, NULL::float8[]"
         f"  FROM {spec.table} e WHERE e.id = ANY(%(ids)s::uuid[])"
@@ -720,6 +755,7 @@ def _prepare(cursor, query: str, model_name: str, ef_search: int | None) -> tupl
             + ", set_config('hnsw.iterative_scan', 'relaxed_order', true)"
             ", set_config('hnsw.ef_search', %s, true)"
             ", set_config('hnsw.max_scan_tuples', %s, true)"
+            ", set_config('max_parallel_workers_per_gather', '0', true)"
         )
         params += [str(ef_search), str(HNSW_MAX_SCAN_TUPLES)]
     cursor.execute(
@@ -731,11 +767,18 @@ def _prepare(cursor, query: str, model_name: str, ef_search: int | None) -> tupl
         params,
     )
     row = cursor.fetchone()
-    previous = tuple(row[3:6]) if ef_search is not None else None
+    previous = tuple(row[3 : 3 + len(HNSW_SETTINGS)]) if ef_search is not None else None
     return list(row[0]), row[1], previous
 
 
-HNSW_SETTINGS = ("hnsw.iterative_scan", "hnsw.ef_search", "hnsw.max_scan_tuples")
+# Set for the search's own transaction and put back after it. No parallel
+# workers: starting one costs more (~10 ms) than any of these statements.
+HNSW_SETTINGS = (
+    "hnsw.iterative_scan",
+    "hnsw.ef_search",
+    "hnsw.max_scan_tuples",
+    "max_parallel_workers_per_gather",
+)
 
 
 @dataclass
@@ -768,7 +811,9 @@ def _fetch(
         strategy = "none"
         rows: list[tuple] = []
         if lexemes or vector is not None:
-            cursor.execute(_statement(spec, lexemes, agent_rows, vector, entities, k), spec.params)
+            total_rows = _global_frequencies(spec.table)[2]
+            sql = _statement(spec, lexemes, agent_rows, total_rows, vector, entities, k)
+            cursor.execute(sql, spec.params)
             rows = cursor.fetchall()
         n = len(spec.columns)
         if vector is not None:
@@ -801,7 +846,8 @@ def _fetch(
         cands.append(
             _Candidate(
                 obj=obj,
-                text_rank=None if text_rank is None else float(text_rank),
+                # A row holding none of the query's lexemes has no text rank.
+                text_rank=float(text_rank) if text_rank is not None and coverage else None,
                 similarity=None if distance is None else 1.0 - float(distance),
                 shared=shared,
                 coverage=None if coverage is None else float(coverage),
@@ -833,7 +879,6 @@ def _with_exact_vectors(
             n_rows = spec.params["n_rows"]
             for i, d in enumerate(dfs):
                 weights[f"w{i}"] = math.log(1 + (max(n_rows, d) - d + 0.5) / (d + 0.5))
-            weights["w_total"] = sum(weights.values())
         sql = _rows_by_id_sql(spec, lexemes if weights else [], entities)
         cursor.execute(sql, {**spec.params, **weights, "ids": missing})
         for row in cursor.fetchall():
