@@ -351,7 +351,7 @@ def test_the_newest_calibration_for_the_embedder_sets_the_threshold(agent_a, inc
     calibrate(0.0, metric="an-older-metric")
     result = episode_search(agent=agent_a, query="out of memory", query_embedding=topic(1), now=NOW)
     assert (result.threshold, result.threshold_source) == (1.5, str(newest.pk))
-    # Evidence 1.25 is below 1.5 now.
+    # The evidence (cosine 1.0) is below 1.5 now.
     assert result.abstained is True
     assert result.near_misses[0].obj.pk == incidents["oom"].pk
 
