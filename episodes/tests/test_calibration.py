@@ -1,0 +1,162 @@
+"""Calibrating the abstention threshold: the choice itself (exact), the data file's
+checks, and the command with the real model (slow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from episodes import retrieval
+from episodes.calibration import Choice, Scored, choose_threshold, load_dataset
+from episodes.models import AbstentionCalibration, Episode
+from episodes.tests.retrieval_fixtures import record, topic
+from ledger.models import Event
+from piper.embeddings import get_embedder
+from piper.errors import InvalidInput
+from piper.tenancy.models import Agent
+
+
+def scored(answerable: list, unanswerable: list) -> list[Scored]:
+    return [Scored(f"a{i}", "key", v, 1) for i, v in enumerate(answerable)] + [
+        Scored(f"u{i}", None, v, None) for i, v in enumerate(unanswerable)
+    ]
+
+
+def test_a_clean_split_is_cut_in_the_middle_of_the_gap():
+    choice = choose_threshold(scored([0.6, 0.7, 0.8], [0.2, 0.3, 0.4]))
+    assert choice == Choice(0.5, 1.0, 1.0)
+    assert choice.balanced_accuracy == 1.0
+
+
+def test_an_overlap_is_cut_where_balanced_accuracy_is_best():
+    choice = choose_threshold(scored([0.4, 0.5, 0.7, 0.8], [0.1, 0.2, 0.3, 0.35]))
+    assert choice.threshold == pytest.approx(0.375)
+    # 0.4 is unanswerable now: the best cut keeps 3 of 4 and refuses all 4.
+    choice = choose_threshold(scored([0.3, 0.5, 0.7, 0.8], [0.1, 0.2, 0.4, 0.45]))
+    assert choice.threshold == pytest.approx(0.475)
+    assert (choice.answerable_accuracy, choice.unanswerable_accuracy) == (0.75, 1.0)
+    assert choice.balanced_accuracy == 0.875
+
+
+def test_balanced_accuracy_weighs_both_kinds_equally():
+    # Keeping everything is right for 2 of 11 queries; cutting at 0.475 is right
+    # for 10 of 11 but still loses one of the two answerable ones: 0.75 balanced.
+    choice = choose_threshold(scored([0.9, 0.02], [0.05] * 9))
+    assert choice.threshold == pytest.approx(0.475)
+    assert (choice.answerable_accuracy, choice.unanswerable_accuracy) == (0.5, 1.0)
+
+
+def test_a_query_without_any_candidate_counts_as_refused():
+    choice = choose_threshold(scored([0.6, None], [None, 0.2]))
+    assert choice.threshold == pytest.approx(0.4)
+    assert (choice.answerable_accuracy, choice.unanswerable_accuracy) == (0.5, 1.0)
+
+
+def test_both_kinds_are_needed():
+    with pytest.raises(InvalidInput, match="both answerable and unanswerable"):
+        choose_threshold(scored([0.5], []))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json", "cannot read"),
+        (json.dumps({"episodes": []}), "needs non-empty 'episodes' and 'queries' lists"),
+        (
+            json.dumps({"episodes": [{"key": "a"}], "queries": [{"query": "q", "answer": "a"}]}),
+            "episodes[0] needs a key and a summary",
+        ),
+        (
+            json.dumps(
+                {
+                    "episodes": [{"key": "a", "summary": "s"}, {"key": "a", "summary": "t"}],
+                    "queries": [{"query": "q", "answer": "a"}],
+                }
+            ),
+            "episodes[1]: key 'a' is used twice",
+        ),
+        (
+            json.dumps(
+                {
+                    "episodes": [{"key": "a", "summary": "s"}],
+                    "queries": [{"query": "q", "answer": "b"}],
+                }
+            ),
+            "queries[0]: no episode has key 'b'",
+        ),
+        (
+            json.dumps(
+                {
+                    "episodes": [{"key": "a", "summary": "s"}],
+                    "queries": [{"query": "q", "answer": "a"}],
+                }
+            ),
+            "needs both answerable and unanswerable queries",
+        ),
+    ],
+)
+def test_a_bad_data_file_is_refused(tmp_path, content, message):
+    path = tmp_path / "set.json"
+    path.write_text(content)
+    with pytest.raises(InvalidInput) as error:
+        load_dataset(path)
+    assert message in error.value.message
+
+
+def test_the_shipped_set_loads():
+    data = load_dataset(retrieval_set())
+    assert data["name"] == "piper-abstention-v1"
+    assert len(data["episodes"]) == 40
+    assert sum(q["answer"] is not None for q in data["queries"]) == 41
+    assert sum(q["answer"] is None for q in data["queries"]) == 40
+
+
+def retrieval_set():
+    from episodes.calibration import DEFAULT_DATA
+
+    return DEFAULT_DATA
+
+
+@pytest.mark.django_db
+def test_the_command_refuses_a_missing_file(tmp_path):
+    with pytest.raises(CommandError, match="cannot read"):
+        call_command("calibrate_abstention", data=str(tmp_path / "nope.json"))
+    assert AbstentionCalibration.objects.count() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_the_command_records_a_calibration_that_retrieval_then_applies(agent_a, capsys):
+    agents, events, episodes = Agent.objects.count(), Event.objects.count(), Episode.objects.count()
+    call_command("calibrate_abstention", "--dry-run")
+    assert AbstentionCalibration.objects.count() == 0
+    call_command("calibrate_abstention")
+    out = capsys.readouterr().out
+    calibration = AbstentionCalibration.objects.get()
+    assert calibration.embedding_model == get_embedder().name
+    assert calibration.metric == retrieval.EVIDENCE_METRIC
+    assert calibration.dataset == "piper-abstention-v1 (calibration_set.json)"
+    assert calibration.sample_size == 81
+    assert calibration.details["answerable"] == 41
+    assert calibration.details["unanswerable"] == 40
+    assert len(calibration.details["scores"]) == 81
+    balanced = (calibration.answerable_accuracy + calibration.unanswerable_accuracy) / 2
+    assert balanced == pytest.approx(calibration.details["balanced_accuracy"], abs=1e-4)
+    # MiniLM on this deliberately hard set (see the README): well above chance.
+    assert balanced >= 0.7
+    assert calibration.details["answer_in_hits"] == 41
+    assert f"Recorded {calibration.embedding_model}" in out
+    # The throwaway agent and its episodes were rolled back.
+    assert (Agent.objects.count(), Event.objects.count(), Episode.objects.count()) == (
+        agents,
+        events,
+        episodes,
+    )
+    record(agent_a, summary="out of memory", embedding=topic(1))
+    result = retrieval.episode_search(agent=agent_a, query="memory", query_embedding=topic(1))
+    assert (result.threshold, result.threshold_source) == (
+        calibration.threshold,
+        str(calibration.pk),
+    )
