@@ -40,11 +40,31 @@ PRIORITY: tuple[str, ...] = (
 STRONG, WEAK = 1.0, 0.5
 
 _DOC = (
-    r"(doc|docs|document|documentation|runbook|manual|spec|specification|readme|wiki|"
-    r"handbook|policy|report|paper|article|page|guide|pdf|notes|memo|email|post|book|"
-    r"chapter|section|contract|rfc|changelog|faq|slides|transcript)"
+    r"(doc|docs|document|documentation|runbook|playbook|manual|spec|specification|readme|"
+    r"wiki|handbook|policy|report|paper|article|page|guide|pdf|notes|memo|email|post|book|"
+    r"chapter|section|contract|rfc|changelog|faq|slides|transcript|review|audit|assessment|"
+    r"post-?mortem|write-?up|minutes|proposal|brief|whitepaper|datasheet|sla)"
+)
+# What a document is asked to have said.
+_SAYS = (
+    r"(say|says|said|state|states|stated|mention|mentions|mentioned|recommend|recommends|"
+    r"recommended|suggest|suggests|suggested|claim|claims|claimed|conclude|concludes|"
+    r"concluded|find|finds|found|note|notes|noted|propose|proposes|proposed|warn|warns|"
+    r"warned|advise|advises|advised|require|requires|specify|specifies|describe|describes)"
 )
 _DAYS = r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+# A noun for something one thing has to another (multi-hop: "Alice's employer").
+_RELATION = (
+    r"(employer|company|firm|manager|boss|supervisor|team|department|org|organi[sz]ation|"
+    r"partner|spouse|wife|husband|parents?|father|mother|brother|sister|friend|owner|"
+    r"supplier|vendor|customer|client|landlord|school|university|lead|colleague|neighbou?r|"
+    r"parent company|subsidiary|maintainer)"
+)
+# What is then asked about it: where it is, who runs it, …
+_ATTRIBUTE_VERB = (
+    r"(based|headquartered|located|situated|founded|owned|run|managed|led|hosted|born|live|"
+    r"lives|living|work|works|working|registered|incorporated|come from|comes from)"
+)
 
 
 @dataclass(frozen=True)
@@ -62,16 +82,15 @@ def _rule(route: str, name: str, pattern: str, weight: float = STRONG) -> Rule:
 RULES: tuple[Rule, ...] = (
     # What did source X say?
     _rule(Route.SOURCE, "according_to", r"\baccording to\b"),
-    _rule(
-        Route.SOURCE,
-        "doc_says",
-        rf"\b{_DOC}\b.*\b(say|says|said|state|states|stated|mention|mentions|mentioned|"
-        r"recommend|recommends|suggest|suggests|claim|claims)\b",
-    ),
+    _rule(Route.SOURCE, "doc_says", rf"\b{_DOC}\b.*\b{_SAYS}\b"),
+    # The document's noun ends its phrase: "in the security review, …", not
+    # "from the report builder" (a system named like a document); "away from"
+    # is a direction, not a reading.
     _rule(
         Route.SOURCE,
         "in_the_doc",
-        rf"\b(in|from) (the|our|my|that|this) ([\w\-']+ ){{0,3}}{_DOC}\b",
+        rf"(?<!away )\b(in|from) (the|our|my|that|this) ([\w\-']+ ){{0,3}}{_DOC}"
+        r"(?=\s*([,?.;:!]|$)| (about|on|regarding|concerning|for|say|says|said|mention)\b)",
     ),
     _rule(Route.SOURCE, "quote", r"\b(quote|cite|excerpt|passage)\b", WEAK),
     # What am I supposed to do?
@@ -95,7 +114,14 @@ RULES: tuple[Rule, ...] = (
         r"\b(what (should|must|do|shall) (i|we) do\b|what'?s next\b|what is next\b|"
         r"next (task|action|thing)s?\b|on my (plate|list)\b)",
     ),
-    _rule(Route.WHAT_TO_DO, "forget", r"\b(forget|forgot|forgotten)\b", WEAK),
+    # First person: "did I forget", not "forgotten machines".
+    _rule(
+        Route.WHAT_TO_DO,
+        "forget",
+        r"\b((i|we) (forgot|forget)|(did|have|had) (i|we) (forgot|forget|forgotten)|"
+        r"(don'?t|do not) (let (me|us) )?forget)\b",
+        WEAK,
+    ),
     # How do I do it?
     _rule(
         Route.HOW_TO, "how_do_i", r"\bhow (do|can|should|would|could|might|shall) (i|we|you|one)\b"
@@ -121,8 +147,17 @@ RULES: tuple[Rule, ...] = (
     _rule(
         Route.MULTI_HOP,
         "chained",
-        r"\bthe [\w\-]+ (who|that|which) (owns|runs|manages|leads|works|lives|belongs|reports|"
-        r"maintains|hosts|uses|depends)\b",
+        r"\bthe [\w\-]+ (who|that|which|whom) (([\w\-']+ ){1,4})?(owns|own|runs|run|manages|"
+        r"manage|leads|lead|works|work|lives|live|belongs|reports|report|maintains|maintain|"
+        r"hosts|host|uses|use|depends|depend)\b",
+    ),
+    # A relation, then something about what it leads to: "Where is Alice's
+    # employer headquartered?", "Bob's manager's phone", "the employer of Alice based".
+    _rule(
+        Route.MULTI_HOP,
+        "possessive_chain",
+        rf"\b[\w\-]+'s {_RELATION}('s [\w\-]+| ((is|are|was|were) )?{_ATTRIBUTE_VERB}\b)|"
+        rf"\bthe {_RELATION} of ([\w\-']+ ){{1,4}}((is|are|was|were) )?{_ATTRIBUTE_VERB}\b",
     ),
     # What happened?
     _rule(Route.WHAT_HAPPENED, "what_happened", r"\bwhat (happened|went wrong|went on)\b"),
@@ -134,6 +169,13 @@ RULES: tuple[Rule, ...] = (
         r"run into|ran into|faced|dealt with|done|tried|met|fixed|solved|debugged)\b",
     ),
     _rule(Route.WHAT_HAPPENED, "when_did", r"\bwhen (did|was the last time|were)\b"),
+    _rule(
+        Route.WHAT_HAPPENED,
+        "outcome_of",
+        r"\bwhat (came|has come|become|became) of\b|\bhow did (it|that|this|things) go\b|"
+        r"\b(turn|turned|work|worked) out\b|\bdid (it|that|this) work\b|"
+        r"\bwhat was the (outcome|result)\b",
+    ),
     _rule(
         Route.WHAT_HAPPENED,
         "past_marker",
@@ -153,13 +195,22 @@ RULES: tuple[Rule, ...] = (
         r"^(what|who|where|why|how) (did|was|were|had)\b",
         WEAK,
     ),
+    # A yes/no question about the past: "Did someone expose a credential?"
+    _rule(
+        Route.WHAT_HAPPENED,
+        "past_yes_no",
+        r"^(did|was|were|had)\b|^(have|has) .*\b(ever|before|already|yet)\b",
+        WEAK,
+    ),
     # What is true now?
     _rule(
         Route.CURRENT_FACT,
         "now",
-        r"\b(now|currently|current|still|nowadays|these days|at the moment|at present|"
-        r"any ?more|as of (today|now)|right now|latest)\b",
+        r"\b(now|currently|current|nowadays|these days|at the moment|at present|"
+        r"as of (today|now)|right now)\b",
     ),
+    # "still" and "latest" also ask what is left or new ("what's still on my plate").
+    _rule(Route.CURRENT_FACT, "still", r"\b(still|any ?more|latest)\b", WEAK),
     _rule(
         Route.CURRENT_FACT,
         "present_question",
