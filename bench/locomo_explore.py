@@ -457,6 +457,31 @@ def patch_variants(variant: str) -> None:
                 return fetched
 
             retrieval._fetch = with_context
+        elif name == "session":
+            beta = float(nums[0]) if nums else 0.2
+            original_fuse = retrieval._fuse
+
+            def with_session(lists, _orig=original_fuse, _b=beta):
+                _orig(lists)
+                everyone = {id(c): c for ranked in lists.values() for c in ranked}.values()
+                best: dict[str, float] = {}
+                for c in everyone:
+                    sid = c.obj.session_id
+                    if sid:
+                        best[sid] = max(best.get(sid, 0.0), c.score)
+                for c in everyone:
+                    if c.obj.session_id:
+                        c.score += _b * best[c.obj.session_id]
+
+            retrieval._fuse = with_session
+        elif name == "set":
+            # set:NAME=VALUE — a module constant of episodes.retrieval (dict keys: NAME.KEY)
+            key, value = nums[0].split("=")
+            if "." in key:
+                d, k2 = key.split(".")
+                getattr(retrieval, d)[k2] = float(value)
+            else:
+                setattr(retrieval, key, type(getattr(retrieval, key))(float(value)))
         else:
             raise SystemExit(f"unknown variant {part!r}")
 
@@ -812,6 +837,12 @@ def build_recipes(ctx: Context) -> dict[str, Callable]:
     R["psim4: nonames rrf60 signal prop .5 expand 1 no recency"] = P.recipe(
         **nn, sigprop=0.5, expand=1, recency=0
     )
+    base4 = P.recipe(**nn, sigprop=0.5, expand=1)
+    for beta in (0.1, 0.3):
+        R[f"psim5: signal prop .5 + session max boost {beta}"] = lambda c, qi, q, _b=beta: (
+            session_boost(c, base4(c, qi, q), _b)
+        )
+    R["psim5: signal prop .5 expand 2"] = P.recipe(**nn, sigprop=0.5, expand=2)
     R["psim2: nonames linear raw cosine prop .5 expand 1"] = P.recipe(
         **nn, fusion="linear", prop=0.5, expand=1, vec_norm="raw"
     )
