@@ -446,6 +446,7 @@ def fact_candidates(
     query_embedding: Sequence[float] | None = None,
     limit: int = 10,
     min_similarity: float | None = None,
+    named: Sequence[NamedEntity] | None = None,
 ) -> list[FactCandidate]:
     """The (subject, predicate) pairs `query` is most likely about, best first.
 
@@ -455,7 +456,9 @@ def fact_candidates(
     of its aliases, as words of the query). A pair is proposed only if its text
     matched or its similarity reaches `min_similarity`
     (settings.PIPER_FACT_TEXT_MIN_SIMILARITY); a named subject alone only
-    lifts a pair that passed. Raises InvalidInput for an empty or huge query.
+    lifts a pair that passed. `named`: what entities_named_in found in the
+    query, if the caller has it already. Raises InvalidInput for an empty or
+    huge query.
     """
     query = _check_query(query)
     if min_similarity is None:
@@ -463,7 +466,9 @@ def fact_candidates(
     depth = max(limit * 4, 20)
     text_hits = _text_ranked(agent, query, depth)
     vector_hits = _vector_ranked(agent, query_embedding, depth) if query_embedding else []
-    named = {m.entity.pk for m in entities_named_in(agent=agent, text=query)}
+    if named is None:
+        named = entities_named_in(agent=agent, text=query)
+    named_ids = {m.entity.pk for m in named}
 
     signals: dict[uuid.UUID, dict[str, float | int | None]] = {}
     for position, (text_id, rank) in enumerate(text_hits, start=1):
@@ -482,7 +487,7 @@ def fact_candidates(
     for text_id in passed:
         s = signals[text_id]
         fact_text = texts[text_id]
-        s["named_subject"] = int(fact_text.subject_id in named)
+        s["named_subject"] = int(fact_text.subject_id in named_ids)
         score = sum(
             1.0 / (RRF_K + s[key]) for key in ("text_position", "vector_position") if key in s
         )

@@ -278,6 +278,8 @@ def test_no_word_in_common_is_found_by_similarity(agent):
 @pytest.mark.django_db(transaction=True)
 def test_texts_follow_fact_writes_after_commit(celery_worker_process):
     """The ledger hook queues the re-render; the worker renders and embeds."""
+    from piper.embeddings import get_embedder
+
     agent = AgentFactory()
     with transaction.atomic():
         claim(agent, "team platform", "deployment_window", "Monday", at(2024))
@@ -291,7 +293,7 @@ def test_texts_follow_fact_writes_after_commit(celery_worker_process):
         raise AssertionError(celery_worker_process.log())
     assert (row.text, row.embedding_model) == (
         "deployment window — team platform: Monday",
-        "sentence-transformers/all-MiniLM-L6-v2",
+        get_embedder().name,  # the worker's embedder is the one settings name
     )
     claim(agent, "team platform", "deployment_window", "Tuesday", datetime(2025, 1, 1, tzinfo=UTC))
     deadline = time.monotonic() + 60

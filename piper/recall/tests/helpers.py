@@ -25,6 +25,15 @@ def deployment_window(agent, *, embed: str = "now") -> None:
     fact_texts_refresh(agent_id=agent.pk, embed=embed)
 
 
+def services(agent) -> None:
+    """The Sparrow service is owned by Search and runs in eu-west-3; the Avocet
+    service is healthy. Nothing about a Starling service or an Avocet portal."""
+    claim(agent, "Sparrow service", "owning_team", "Search", at(2024), authority=US)
+    claim(agent, "Sparrow service", "primary_region", "eu-west-3", at(2024), authority=US)
+    claim(agent, "Avocet service", "health_status", "healthy", at(2024), authority=US)
+    fact_texts_refresh(agent_id=agent.pk, embed="now")
+
+
 def org_chart(agent) -> None:
     """Alice works at Acme, Acme is based in Berlin; Bob works at Initech."""
     claim(agent, "Alice", "works_at", object_entity="Acme", valid_from=at(2024), authority=US)
@@ -64,4 +73,13 @@ def T(year: int, month: int = 1, day: int = 1) -> datetime:
     return datetime(year, month, day, tzinfo=UTC)
 
 
-__all__ = ["at", "by", "claim", "commitments", "deployment_window", "org_chart", "written"]
+__all__ = [
+    "at",
+    "by",
+    "claim",
+    "commitments",
+    "deployment_window",
+    "org_chart",
+    "services",
+    "written",
+]

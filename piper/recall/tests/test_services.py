@@ -15,7 +15,14 @@ from ledger.models import Event
 from piper.errors import Conflict, InvalidInput, NotFound
 from piper.recall.models import RecallFeedback, RetrievalTrace
 from piper.recall.services import recall, recall_feedback
-from piper.recall.tests.helpers import TP, commitments, deployment_window, org_chart, written
+from piper.recall.tests.helpers import (
+    TP,
+    commitments,
+    deployment_window,
+    org_chart,
+    services,
+    written,
+)
 from piper.tenancy.tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
@@ -114,6 +121,70 @@ class TestCurrentFact:
         assert (result.abstained, result.evidence) == (True, [])
         assert [(e.text, e.memory_status["currentness"]) for e in result.near_misses] == [
             ("city — Alice: Paris", "superseded")
+        ]
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "Which team owns the Sparrow service?",
+            "which team owns the sparrow service now?",
+            "What is the Sparrow service's owning team?",
+            "Which team owns the service called Sparrow?",
+        ],
+    )
+    def test_the_subject_named_in_any_form_is_answered(self, agent, query):
+        services(agent)
+        result = recall(agent=agent, query=query, route="current_fact")
+        assert result.abstained is False
+        assert [e.text for e in result.evidence] == ["owning team — Sparrow service: Search"]
+        assert result.evidence[0].signals["about"] == {"subject": "named", "predicate": "stated"}
+
+    @pytest.mark.parametrize(
+        "query, because",
+        [
+            # never told of it, though named like what it knows
+            ("Which team owns the Starling service?", "subject_not_known"),
+            ("What is the health status of the Avocet portal?", "subject_not_known"),
+            # a known subject, a predicate never stated for it
+            ("When is the deployment window of the Sparrow service?", "predicate_not_known"),
+            ("What is the health status of the sparrow service?", "predicate_not_known"),
+        ],
+    )
+    def test_what_was_never_told_abstains_with_the_candidates_as_near_misses(
+        self, agent, query, because
+    ):
+        services(agent)
+        result = recall(agent=agent, query=query, route="current_fact")
+        assert (result.abstained, result.evidence) == (True, [])
+        assert result.details["facts"]["abstained_because"] == because
+        assert result.near_misses, "the nearest pairs are shown as near misses"
+        assert {e.kind for e in result.near_misses} == {"fact"}
+        assert all(e.signals["about"] for e in result.near_misses)
+        trace = RetrievalTrace.objects.get(pk=result.trace.pk)
+        assert (trace.abstained, trace.returned) == (True, [])
+        assert not any(c["accepted"] for c in trace.candidates)
+
+    def test_a_lookalike_near_miss_says_what_the_question_has_that_it_lacks(self, agent):
+        services(agent)
+        result = recall(
+            agent=agent, query="Which team owns the Starling service?", route="current_fact"
+        )
+        first = result.near_misses[0]
+        assert first.text == "owning team — Sparrow service: Search"
+        assert first.signals["about"] == {
+            "subject": "unnamed",
+            "predicate": "stated",
+            "unexplained": ["starling"],
+        }
+
+    def test_no_subject_named_and_a_weak_text_abstains(self, agent, settings):
+        deployment_window(agent)
+        settings.PIPER_FACT_IMPLIED_MIN_SIMILARITY = 0.99
+        result = recall(agent=agent, query="When is our deployment window now?")
+        assert (result.abstained, result.evidence) == (True, [])
+        assert result.details["facts"]["abstained_because"] == "weak_similarity"
+        assert [e.text for e in result.near_misses][:1] == [
+            "deployment window — Alice: Tuesday 14:00"
         ]
 
     def test_another_agents_facts_are_not_evidence(self, agent):
