@@ -206,7 +206,10 @@ SKILLS_MAX_WAIT_SECONDS = env_int("SKILLS_MAX_WAIT_SECONDS", 10)
 
 # ---------------------------------------------------------------------- embeddings
 
-PIPER_EMBEDDER = os.environ.get("PIPER_EMBEDDER", "piper.embeddings.MiniLMEmbedder")
+# MiniLMOnnxEmbedder: int8 ONNX Runtime, ~0.995 cosine to the torch vectors and
+# ~5x faster per core; PIPER_EMBEDDER=piper.embeddings.MiniLMEmbedder runs torch
+# (docs/embeddings.md).
+PIPER_EMBEDDER = os.environ.get("PIPER_EMBEDDER", "piper.embeddings.MiniLMOnnxEmbedder")
 PIPER_EMBEDDING_DIM = 384
 
 # -------------------------------------------------------------------------- recall
@@ -214,12 +217,12 @@ PIPER_EMBEDDING_DIM = 384
 # A fact text (facts/search.py) without a word in common with the question is
 # proposed only at this cosine similarity or more.
 PIPER_FACT_TEXT_MIN_SIMILARITY = env_float("PIPER_FACT_TEXT_MIN_SIMILARITY", 0.45)
-
-LOGGING = {
-    "version": 1,
 # A question that names no subject ("when is our deployment window now?") is
 # answered by a fact only if its text is at least this similar (piper/recall/about.py).
 PIPER_FACT_IMPLIED_MIN_SIMILARITY = env_float("PIPER_FACT_IMPLIED_MIN_SIMILARITY", 0.55)
+
+LOGGING = {
+    "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
