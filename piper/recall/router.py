@@ -46,7 +46,7 @@ _DOC = (
     r"post-?mortem|write-?up|minutes|proposal|brief|whitepaper|datasheet|sla)"
 )
 # What a document is asked to have said.
-_SAYS = (
+SAYS = (
     r"(say|says|said|state|states|stated|mention|mentions|mentioned|recommend|recommends|"
     r"recommended|suggest|suggests|suggested|claim|claims|claimed|conclude|concludes|"
     r"concluded|find|finds|found|note|notes|noted|propose|proposes|proposed|warn|warns|"
@@ -82,7 +82,7 @@ def _rule(route: str, name: str, pattern: str, weight: float = STRONG) -> Rule:
 RULES: tuple[Rule, ...] = (
     # What did source X say?
     _rule(Route.SOURCE, "according_to", r"\baccording to\b"),
-    _rule(Route.SOURCE, "doc_says", rf"\b{_DOC}\b.*\b{_SAYS}\b"),
+    _rule(Route.SOURCE, "doc_says", rf"\b{_DOC}\b.*\b{SAYS}\b"),
     # The document's noun ends its phrase: "in the security review, …", not
     # "from the report builder" (a system named like a document); "away from"
     # is a direction, not a reading.

@@ -529,7 +529,7 @@ _DOC_NAMED = (
     re.compile(r"\baccording to (?:the |our |my |that |this )?(?P<doc>[^,?.;:!]+)"),
     re.compile(
         r"\bwhat (?:did|does|do) (?:the |our |my |that |this )?(?P<doc>[^,?.;:!]+?) "
-        r"(?:say|says|said|state|states|mention|mentions|recommend|suggest)\b"
+        rf"{router.SAYS}\b"
     ),
     re.compile(r"\b(?:in|from) (?:the |our |my |that |this )(?P<doc>[^,?.;:!]+)"),
 )
@@ -889,7 +889,9 @@ def recall(
     a limit outside 1..50, an unknown filter or a window that ends before it
     starts — before anything is written. Writes exactly one RetrievalTrace.
     Abstains ("no supporting memory") when the store has no evidence above
-    its threshold; near misses are then the best of what it had.
+    its threshold; near misses are then the best of what it had. `now`
+    defaults to the agent's clock (intentions.clock.now_for: simulated for a
+    battery agent, else the wall clock).
     """
     started = time.perf_counter()
     query = _check_query(query)
@@ -898,7 +900,12 @@ def recall(
     filters = _check_filters(filters)
     if context is not None and not isinstance(context, dict):
         raise InvalidInput("context must be a JSON object", details={"context": ["not an object"]})
-    now = now or timezone.now()
+    if now is None:
+        # The engine's now for this agent: its simulated clock (the battery's),
+        # else the wall clock. Ages, recency and "valid now" are measured from it.
+        from intentions.clock import now_for
+
+        now = now_for(agent.pk)
     vector = _QueryVector(query)
     if route == router.AUTO:
         decision = router.classify_by_rules(query)

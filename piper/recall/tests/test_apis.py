@@ -81,6 +81,43 @@ def test_current_fact(client_a):
 
 
 @pytest.mark.slow
+def test_recall_runs_on_the_agents_simulated_clock(client_a):
+    """The engine's now for an agent (intentions.clock) is recall's now: which
+    value is valid, and every age, are measured from it."""
+    from intentions.services.engine import clock_clear, clock_set
+
+    agent = client_a.agent
+    deployment_window(agent)  # Monday 10:00 in 2024, Tuesday 14:00 from 2025 on
+    [episode] = episodes_record(
+        agent=agent,
+        drafts=[
+            EpisodeDraft(
+                occurred_at=datetime(2024, 6, 1, 9, 0, tzinfo=UTC),
+                summary="The nightly export ran out of memory halfway through and was killed",
+                session_id="night-1",
+            )
+        ],
+    )
+    episodes_embed(episode_ids=[episode.pk])
+    clock_set(agent=agent, now=datetime(2024, 6, 2, 9, 0, tzinfo=UTC))
+    body = ok(ask(client_a, {"query": "When is our deployment window now?"}))
+    assert [(e["fact"]["value"], e["memory_status"]["currentness"]) for e in body["evidence"]] == [
+        ("Monday 10:00", "current")  # in June 2024; Tuesday's was not valid yet
+    ]
+    body = ok(
+        ask(
+            client_a,
+            {"query": "Did the nightly export run out of memory?", "route": "what_happened"},
+        )
+    )
+    [found] = [e for e in body["evidence"] + body["near_misses"] if e["id"] == str(episode.pk)]
+    assert found["memory_status"]["age_seconds"] == 86400  # a day before the simulated now
+    clock_clear(agent=agent)
+    body = ok(ask(client_a, {"query": "When is our deployment window now?"}))
+    assert body["evidence"][0]["fact"]["value"] == "Tuesday 14:00"
+
+
+@pytest.mark.slow
 def test_what_happened(client_a):
     agent = client_a.agent
     episodes = episodes_record(
