@@ -1,7 +1,8 @@
 """`make run`: bring the whole service up on this machine and keep it in the foreground.
 
 Steps: embedded PostgreSQL/Redis (when DATABASE_URL / REDIS_URL are unset) →
-migrate → collectstatic → setup_periodic_tasks → a demo agent and a fresh key
+migrate → collectstatic → setup_periodic_tasks → calibrate_abstention when the
+embedder in use has no calibration yet → a demo agent and a fresh key
 → a staff superuser for the admin → web + worker + beat under honcho → wait
 for /healthz → the Memory Battery once → print where everything is → stream
 the processes' logs until Ctrl-C, then stop them all.
@@ -48,6 +49,16 @@ else:
     email = os.environ.get("DJANGO_SUPERUSER_EMAIL", "admin@localhost")
     User.objects.create_superuser(username=username, email=email, password=password)
     print("created", username, password, sep="\\t")
+"""
+
+# Is there an abstention calibration for the embedder and evidence metric in use?
+CALIBRATION_SNIPPET = """
+from episodes.models import AbstentionCalibration
+from episodes.retrieval import EVIDENCE_METRIC
+from piper.embeddings import get_embedder
+name = get_embedder().name
+found = AbstentionCalibration.objects.filter(embedding_model=name, metric=EVIDENCE_METRIC)
+print("present" if found.exists() else "missing", name, sep="\\t")
 """
 
 
@@ -272,6 +283,14 @@ def main() -> int:
     manage(env, "collectstatic", "--noinput", "-v", "0")
     step("creating the periodic tasks")
     manage(env, "setup_periodic_tasks")
+    step("checking the abstention calibration for the embedder")
+    calibration = manage(env, "shell", "-c", CALIBRATION_SNIPPET, capture=True)
+    state, model = calibration.strip().splitlines()[-1].split("\t")
+    if state == "missing":  # otherwise episode search abstains at an uncalibrated default
+        step(f"calibrating abstention for {model}")
+        manage(env, "calibrate_abstention")
+    else:
+        say(f"calibrated for {model}")
     step("creating the demo agent and a fresh key")
     demo = manage(
         env, "create_agent", "demo", "--existing-ok", "--key-name", "make run", capture=True
