@@ -104,7 +104,9 @@ SESSION_WEIGHT = 0.5
 # Vector search. At most EXACT_SCAN_MAX_ROWS rows of the agent (after the
 # agent/session/time filters, which have indexes): compare with every one.
 EXACT_SCAN_MAX_ROWS = 2_000
-HNSW_EF_SEARCH = 100
+# 100 gave recall@10 0.945-0.995 against exact on the test's clustered data, 200
+# 0.98-0.985, at no difference measurable at 1M rows (p50 ~10 ms either way).
+HNSW_EF_SEARCH = 200
 # How far an iterative scan may walk the graph before giving up (pgvector's default).
 HNSW_MAX_SCAN_TUPLES = 20_000
 

@@ -65,7 +65,8 @@ def bulk_episodes(agent, count: int, *, start: datetime = T0, prefix: str = "rou
 
 def clustered_vectors(agents, *, clusters: int = 50, noise: float = 0.5, seed: float = 0.42):
     """Give every episode of `agents` a unit vector near one of `clusters` random
-    centres (picked by a hash of its id), in one UPDATE. Returns the centres."""
+    centres (picked by a hash of its id), some rows nearer their centre than
+    others, in one UPDATE. Returns the centres."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT setseed(%s)", [seed])
         cursor.execute(
@@ -81,9 +82,13 @@ def clustered_vectors(agents, *, clusters: int = 50, noise: float = 0.5, seed: f
             """
             UPDATE episodes_episode e
                SET embedding = (
-                       SELECT l2_normalize(array_agg(ce.v[d] + %(noise)s * random_normal()
-                                                     ORDER BY d)::vector)
-                         FROM generate_series(1, %(dim)s) d),
+                       SELECT l2_normalize(array_agg(
+                                  ce.v[d] + %(noise)s * spread * random_normal() ORDER BY d
+                              )::vector)
+                         FROM generate_series(1, %(dim)s) d,
+                              -- How typical of its cluster a row is: 0.3-1.3 x the noise.
+                              LATERAL (SELECT 0.3 + (abs(hashtext(e.id::text)) %% 997) / 997.0
+                                      AS spread) s),
                    embedding_model = %(model)s, embedded_at = now()
               FROM retrieval_centres ce
              WHERE e.agent_id = ANY(%(agents)s::uuid[])

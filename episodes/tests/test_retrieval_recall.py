@@ -125,9 +125,9 @@ def test_a_plain_filtered_hnsw_scan_returns_fewer_than_k(world):
             cursor.execute(sql, [agent.pk, str(vector)])
             short.append(len(cursor.fetchall()))
     print("plain filtered HNSW rows of 10:", short)
-    # The agent holds a tenth of the 40 neighbours the scan looks at.
-    assert max(short) < 10
-    assert sum(short) / len(short) < 8
+    # The agent holds about a tenth of the 40 neighbours the scan looks at.
+    assert sum(1 for n in short if n < K) >= QUERIES * 3 // 4
+    assert sum(short) / len(short) < 6
 
 
 def test_iterative_hnsw_recall_against_exact_is_at_least_095(world):
