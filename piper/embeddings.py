@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,19 +303,22 @@ class MiniLMOnnxEmbedder:
         ids = [np.asarray(e.ids, dtype=np.int64).reshape(1, -1) for e in encodings]
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
 
-        def run(indices: Sequence[int]) -> None:
+        def run(indices: Iterator[int]) -> None:
             for i in indices:
                 feed = {"input_ids": ids[i], "attention_mask": np.ones_like(ids[i])}
                 out[i] = state.session.run(None, feed)[0][0]
 
         if state.pool is None or len(texts) <= SINGLE_THREAD_MAX_TEXTS:
-            run(range(len(texts)))
+            run(iter(range(len(texts))))
         else:
-            # Longest first, dealt round-robin, so the threads finish together.
-            order = sorted(range(len(texts)), key=lambda i: -ids[i].shape[1])
-            shards = [order[k :: state.workers] for k in range(state.workers)]
-            for _ in state.pool.map(run, shards):
-                pass
+            # Longest first, and each thread (the caller's among them) takes the
+            # next text when it is free, so a thread the OS descheduled on a busy
+            # machine does not hold the batch back with a fixed share.
+            shared = iter(sorted(range(len(texts)), key=lambda i: -ids[i].shape[1]))
+            helpers = [state.pool.submit(run, shared) for _ in range(state.workers - 1)]
+            run(shared)
+            for helper in helpers:
+                helper.result()
         return out.tolist()
 
     def embed_one(self, text: str) -> list[float]:
@@ -381,7 +384,7 @@ class MiniLMOnnxEmbedder:
             )
         workers = self.threads or len(os.sched_getaffinity(0))
         pool = (
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="piper-embed")
+            ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="piper-embed")
             if workers > 1
             else None
         )
