@@ -6,9 +6,9 @@ episode that answers them (most share no word with it), unanswerable ones ask
 about things that never happened. `abstention_calibrate` records the episodes
 for a throwaway agent inside a transaction that is rolled back, embeds them
 with the process embedder, asks every question through `episode_search`, and
-chooses the threshold on the evidence score (retrieval.EVIDENCE_METRIC) that
-maximises balanced accuracy: the mean of the share of answerable questions
-kept and the share of unanswerable ones refused. The chosen threshold is
+chooses the threshold on the evidence score (retrieval.EVIDENCE_METRIC): the
+lowest one that answers at most MAX_FALSE_ANSWER_RATE of the unanswerable
+questions (false memories cost more than misses). The chosen threshold is
 stored as an `AbstentionCalibration` with the model name, metric, data set,
 sample size and both accuracies; retrieval applies the newest one for its
 embedder from then on.
@@ -153,10 +153,22 @@ def _draft(draft_class, episode: dict[str, Any], occurred_at):
     )
 
 
-def choose_threshold(scored: list[Scored]) -> Choice:
-    """The threshold with the best balanced accuracy: a query is kept when its
-    evidence ≥ threshold. Among equally good thresholds, the middle of the
-    widest gap between scores (the decision least sensitive to small shifts)."""
+# A false memory (an answer where nothing supports one) misleads the agent; a
+# missed memory makes it look again. The threshold is therefore the lowest one
+# that answers at most this share of the calibration set's unanswerable
+# questions — not the one with the best balanced accuracy, which on the shipped
+# set answers a third of them (0.347: 80% kept, 33% false).
+MAX_FALSE_ANSWER_RATE = 0.15
+
+
+def choose_threshold(
+    scored: list[Scored], *, max_false_rate: float = MAX_FALSE_ANSWER_RATE
+) -> Choice:
+    """The lowest cut that answers at most `max_false_rate` of the unanswerable
+    queries (a query is answered when its evidence ≥ the cut), so it keeps as
+    many answerable ones as that allows. Among cuts that keep and refuse the
+    same queries, the middle of the gap between scores (the decision least
+    sensitive to small shifts)."""
     answerable = [s.evidence for s in scored if s.answer is not None]
     unanswerable = [s.evidence for s in scored if s.answer is None]
     if not answerable or not unanswerable:
@@ -172,15 +184,12 @@ def choose_threshold(scored: list[Scored]) -> Choice:
         refused = sum(1 for v in unanswerable if v is None or v < cut) / len(unanswerable)
         return kept, refused
 
-    best, best_width, choice = -1.0, -1.0, None
-    for i, cut in enumerate(cuts):
+    # Cuts rise, so the first one within the limit keeps the most answerable queries.
+    for cut in cuts:
         kept, refused = accuracies(cut)
-        balanced = (kept + refused) / 2
-        # The width of the gap this cut sits in (0 at the ends).
-        width = values[i] - values[i - 1] if 0 < i < len(values) else 0.0
-        if balanced > best + 1e-12 or (abs(balanced - best) <= 1e-12 and width > best_width):
-            best, best_width, choice = balanced, width, Choice(round(cut, 6), kept, refused)
-    return choice
+        if 1.0 - refused <= max_false_rate + 1e-12:
+            return Choice(round(cut, 6), kept, refused)
+    raise AssertionError("the cut above every score refuses every query")
 
 
 def abstention_calibrate(
@@ -208,6 +217,8 @@ def abstention_calibrate(
         unanswerable_accuracy=round(choice.unanswerable_accuracy, 4),
         details={
             "balanced_accuracy": round(choice.balanced_accuracy, 4),
+            "policy": f"lowest threshold answering at most {MAX_FALSE_ANSWER_RATE:.0%} "
+            "of the unanswerable questions",
             "answerable": len(answerable),
             "unanswerable": len(scored) - len(answerable),
             "episodes": len(data["episodes"]),
