@@ -489,13 +489,18 @@ def _named_entities(ask: Ask) -> tuple[str, ...]:
 
 
 def _what_happened(ask: Ask) -> Answer:
+    from episodes.query_analysis import analyse_query
     from episodes.retrieval import SearchFilters, episode_search
 
     f = ask.filters
+    # Episode search embeds the question without the agent's actor names (they weigh
+    # on the vector, not on what sets episodes apart); the question's own vector is
+    # reused only when it names none.
+    named_actors = bool(analyse_query(agent_id=ask.agent.pk, query=ask.query).actors_named)
     result = episode_search(
         agent=ask.agent,
         query=ask.query,
-        query_embedding=ask.vector.get(),
+        query_embedding=None if named_actors else ask.vector.get(),
         filters=SearchFilters(
             actor=f.actor,
             environment=f.environment,
