@@ -72,8 +72,15 @@ def clustered_vectors(agents, *, clusters: int = 50, noise: float = 0.5, seed: f
         cursor.execute(
             """
             CREATE TEMP TABLE retrieval_centres ON COMMIT DROP AS
-            SELECT c, array_agg(random_normal() ORDER BY d) AS v
+            WITH shared AS (
+                SELECT array_agg(random_normal() ORDER BY d) AS v
+                  FROM generate_series(1, %(dim)s) d
+            )
+            -- Centres share a direction (cosine ~0.3 between two), as sentence
+            -- embeddings do: orthogonal clusters leave HNSW's graph in islands.
+            SELECT c, array_agg(random_normal() + 0.65 * shared.v[d] ORDER BY d) AS v
               FROM generate_series(0, %(clusters)s - 1) c CROSS JOIN generate_series(1, %(dim)s) d
+             CROSS JOIN shared
              GROUP BY c
             """,
             {"clusters": clusters, "dim": EMBEDDING_DIM},
