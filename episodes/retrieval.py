@@ -118,6 +118,7 @@ POOL_GLOBAL_BUDGET = 40_000
 # query of only very common words is otherwise a scan of the agent's rows).
 POOL_MAX_ROWS = 1_000
 ROW_COUNT_CACHE_SECONDS = 60.0
+AGENT_COUNT_CAP = 200_000
 # ts_rank normalization 1: divide by 1 + log(document length).
 TS_RANK_NORMALIZATION = 1
 STATS_CACHE_SECONDS = 300.0
@@ -271,7 +272,9 @@ def _check_embedding(query_embedding: Sequence[float] | None, dimension: int) ->
 # ------------------------------------------------------- lexeme statistics
 
 _cache_lock = threading.Lock()
-_frequency_cache: dict[str, tuple[float, dict[str, float], float | None, float]] = {}
+_frequency_cache: dict[
+    str, tuple[float, dict[str, float], float | None, float, dict[uuid.UUID, float]]
+] = {}
 _count_cache: dict[tuple[str, uuid.UUID], tuple[float, int]] = {}
 
 
@@ -281,16 +284,26 @@ def _global_frequencies(table: str) -> tuple[dict[str, float], float | None, flo
     any other lexeme: half the least common listed, as the planner does), cached
     for STATS_CACHE_SECONDS; ({}, None) for a table never analysed; and the
     planner's row count of the whole table."""
+    return _statistics(table)[:3]
+
+
+def _statistics(table: str):
+    """_global_frequencies, and the agents the statistics list as most common
+    (agent id → share of the rows), in one cached look-up."""
     now = time.monotonic()
     cached = _frequency_cache.get(table)
     if cached is not None and now - cached[0] < STATS_CACHE_SECONDS:
-        return cached[1], cached[2], cached[3]
+        return cached[1:]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs,"
-            "       greatest(c.reltuples, 0)::float8"
-            "  FROM pg_class c LEFT JOIN pg_stats s ON s.schemaname = current_schema()"
+            "       greatest(c.reltuples, 0)::float8,"
+            "       a.most_common_vals::text::uuid[], a.most_common_freqs"
+            "  FROM pg_class c"
+            "  LEFT JOIN pg_stats s ON s.schemaname = current_schema()"
             "   AND s.tablename = c.relname AND s.attname = 'search_vector'"
+            "  LEFT JOIN pg_stats a ON a.schemaname = current_schema()"
+            "   AND a.tablename = c.relname AND a.attname = 'agent_id'"
             " WHERE c.oid = %s::regclass",
             [table],
         )
@@ -302,22 +315,32 @@ def _global_frequencies(table: str) -> tuple[dict[str, float], float | None, flo
         frequencies = dict(zip(row[0], row[1], strict=False))
         other = min(row[1][: len(row[0])]) / 2
     total = float(row[2]) if row else 0.0
+    agents = dict(zip(row[3], row[4], strict=True)) if row and row[3] and row[4] else {}
     with _cache_lock:
-        _frequency_cache[table] = (now, frequencies, other, total)
-    return frequencies, other, total
+        _frequency_cache[table] = (now, frequencies, other, total, agents)
+    return frequencies, other, total, agents
 
 
 def _agent_rows(table: str, agent: Agent) -> int:
     """How many rows the agent has in `table` (the N of inverse document
-    frequency), cached for ROW_COUNT_CACHE_SECONDS."""
+    frequency): the planner's estimate for an agent its statistics list among
+    the most common (counting 100k rows took 15 ms), else counted (at most
+    AGENT_COUNT_CAP); cached for ROW_COUNT_CACHE_SECONDS."""
     now = time.monotonic()
     key = (table, agent.pk)
     cached = _count_cache.get(key)
     if cached is not None and now - cached[0] < ROW_COUNT_CACHE_SECONDS:
         return cached[1]
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM {table} WHERE agent_id = %s", [agent.pk])
-        count = cursor.fetchone()[0]
+    _, _, total, agents = _statistics(table)
+    if agent.pk in agents and total > 0:
+        count = max(int(agents[agent.pk] * total), 1)
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE agent_id = %s LIMIT %s) c",
+                [agent.pk, AGENT_COUNT_CAP],
+            )
+            count = cursor.fetchone()[0]
     with _cache_lock:
         if len(_count_cache) > 10_000:
             _count_cache.clear()
