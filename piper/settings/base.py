@@ -207,7 +207,7 @@ SKILLS_MAX_WAIT_SECONDS = env_int("SKILLS_MAX_WAIT_SECONDS", 10)
 # ---------------------------------------------------------------------- embeddings
 
 # MiniLMOnnxEmbedder: int8 ONNX Runtime, ~0.995 cosine to the torch vectors and
-# ~5x faster per core; PIPER_EMBEDDER=piper.embeddings.MiniLMEmbedder runs torch
+# ~5x the torch throughput; PIPER_EMBEDDER=piper.embeddings.MiniLMEmbedder runs torch
 # (docs/embeddings.md).
 PIPER_EMBEDDER = os.environ.get("PIPER_EMBEDDER", "piper.embeddings.MiniLMOnnxEmbedder")
 PIPER_EMBEDDING_DIM = 384
