@@ -344,9 +344,7 @@ def measure_embed(agent) -> dict:
     done = 0
     for i in range(0, len(ids), 256):
         chunk = [str(x) for x in ids[i : i + 256]]
-        tasks.embed_episodes.run(chunk) if hasattr(tasks.embed_episodes, "run") else (
-            tasks.embed_episodes(chunk)
-        )
+        tasks.embed_episodes.run(chunk)  # the task body, in this process
         done += len(chunk)
     wall = time.perf_counter() - started
     left = Episode.objects.filter(agent=agent, embedding__isnull=True).count()
@@ -473,30 +471,34 @@ def measure_recall_at_10(agent, qs, vectors) -> dict:
     return out
 
 
-def explain(agent, text, vector) -> None:
+def explain(agent, text, vector, filters=None) -> None:
+    """Replay the statements one episode_search runs, each SELECT under EXPLAIN ANALYZE."""
     from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
 
-    from episodes import retrieval
+    from episodes.retrieval import episode_search
 
-    qv = "[" + ",".join(repr(float(x)) for x in vector) + "]"
+    episode_search(agent=agent, query=text, query_embedding=vector, filters=filters)  # warm caches
+    with CaptureQueriesContext(connection) as captured:
+        t = time.perf_counter()
+        episode_search(agent=agent, query=text, query_embedding=vector, filters=filters)
+        total = time.perf_counter() - t
+    print(
+        f"episode_search({text!r}, filters={filters}): {total * 1000:.1f} ms, "
+        f"{len(captured.captured_queries)} statements"
+    )
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-            "set_config('hnsw.ef_search', %s, true)",
-            [str(retrieval.HNSW_EF_SEARCH)],
-        )
-        cursor.execute(
-            "EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM episodes_episode WHERE agent_id = %s "
-            "ORDER BY embedding <=> %s::vector LIMIT 30",
-            [agent.pk, qv],
-        )
-        print("\n".join(r[0] for r in cursor.fetchall()))
-        cursor.execute(
-            "EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM episodes_episode WHERE agent_id = %s "
-            "AND search_vector @@ to_tsquery('english', %s) LIMIT 1000",
-            [agent.pk, " | ".join(w for w in text.lower().split() if w.isalpha())],
-        )
-        print("\n".join(r[0] for r in cursor.fetchall()))
+        for q in captured.captured_queries:
+            sql = q["sql"]
+            head = sql.lstrip()[:40].upper()
+            print(f"--- {q['time']} s: {' '.join(sql.split())[:160]}")
+            if head.startswith(
+                ("SELECT SET_CONFIG", "SAVEPOINT", "RELEASE", "SET ")
+            ) or not head.startswith(("SELECT", "WITH")):
+                cursor.execute(sql)
+                continue
+            cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql)
+            print("\n".join(r[0] for r in cursor.fetchall()))
 
 
 # --------------------------------------------------------------------------- http
@@ -594,6 +596,7 @@ def main() -> int:
             log(f"recall@10: {json.dumps(results['recall_at_10'])}")
         if "explain" in only:
             explain(target, texts[0], vectors[0])
+            explain(target, texts[1], vectors[1], filter_sets(qs[1:2])["actor+90d"][0])
         if "http" in only:
             results["http"] = measure_http(target, texts, args.http_requests)
             log(f"http: {json.dumps(results['http'])}")
