@@ -29,6 +29,9 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet 'torch==2.13.0'
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@# The default embedder's int8 ONNX model, built once from the bundled
+	@# weights into var/embeddings/ (docs/embeddings.md; ~20 s).
+	$(PY) -m piper.onnx_export --prepare
 	touch $@
 
 run: install

@@ -326,10 +326,7 @@ class MiniLMOnnxEmbedder:
 
     def onnx_path(self) -> Path:
         """Where the model built from the pinned weights is cached."""
-        from piper.onnx_export import RECIPE
-
-        cache_dir = self.cache_dir or _default_cache_dir()
-        return cache_dir / f"all-MiniLM-L6-v2-{MINILM_WEIGHTS_SHA256[:16]}-{RECIPE}.onnx"
+        return _onnx_path(self.cache_dir)
 
     def _state(self) -> _OnnxState:
         pid = os.getpid()
@@ -404,6 +401,28 @@ class MiniLMOnnxEmbedder:
             pool=pool,
             workers=workers,
         )
+
+
+def _onnx_path(cache_dir: Path | None) -> Path:
+    from piper.onnx_export import RECIPE
+
+    cache_dir = cache_dir or _default_cache_dir()
+    return cache_dir / f"all-MiniLM-L6-v2-{MINILM_WEIGHTS_SHA256[:16]}-{RECIPE}.onnx"
+
+
+def prepare_onnx_model(cache_dir: Path | None = None) -> Path:
+    """Build the default embedder's cached ONNX model now if it is missing or stale.
+
+    `make install` runs this (``python -m piper.onnx_export --prepare``) so the
+    first embedding in tests or a worker does not pay the ~20 s build. Needs no
+    Django settings.
+    """
+    model_dir = _default_model_dir()
+    source_sha = _verified_weights(model_dir, MiniLMOnnxEmbedder.__name__)
+    path = _onnx_path(cache_dir)
+    if not _onnx_cache_valid(path, source_sha):
+        _onnx_build(model_dir, path, source_sha)
+    return path
 
 
 def _max_seq_length(model_dir: Path) -> int:

@@ -1,6 +1,7 @@
 """Build the ONNX Runtime form of the bundled all-MiniLM-L6-v2 (docs/embeddings.md).
 
-    python -m piper.onnx_export --model-dir DIR --out FILE.onnx
+    python -m piper.onnx_export --prepare      # the default cache, if missing (make install)
+    python -m piper.onnx_export --model-dir DIR --out FILE.onnx --source-sha256 HEX
 
 Runs in a process of its own (``piper.embeddings`` starts it once, the first time
 a process needs a model that is not cached yet), so the process that serves
@@ -214,10 +215,22 @@ def sidecar_path(onnx_path: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-dir", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--source-sha256", required=True)
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="build the default embedder's cached model if missing (what make install runs)",
+    )
+    parser.add_argument("--model-dir", type=Path)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--source-sha256")
     args = parser.parse_args(argv)
+    if args.prepare:
+        from piper.embeddings import prepare_onnx_model
+
+        print(prepare_onnx_model())
+        return 0
+    if not (args.model_dir and args.out and args.source_sha256):
+        parser.error("--model-dir, --out and --source-sha256 are required without --prepare")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -368,3 +368,22 @@ def test_forked_child_loads_its_own_model_and_does_not_hang(embedder):
         assert dot(outcome["vector"], parent_vector) == pytest.approx(1.0, abs=1e-5)
     else:
         assert outcome["vector"] == parent_vector
+
+
+def test_prepare_builds_only_what_is_missing(tmp_path, monkeypatch):
+    # What `make install` runs: with a valid cache it builds nothing.
+    source = get_embedder()
+    source.embed_one("load it")
+    from piper.onnx_export import sidecar_path
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    shutil.copy(source.onnx_path(), cache / source.onnx_path().name)
+    shutil.copy(sidecar_path(source.onnx_path()), sidecar_path(cache / source.onnx_path().name))
+    built = []
+    monkeypatch.setattr(embeddings, "_onnx_build", lambda *args: built.append(args))
+    assert embeddings.prepare_onnx_model(cache) == cache / source.onnx_path().name
+    assert built == []
+    (cache / source.onnx_path().name).unlink()
+    embeddings.prepare_onnx_model(cache)
+    assert [b[1] for b in built] == [cache / source.onnx_path().name]
