@@ -153,11 +153,15 @@ class Episode(models.Model):
             ),
             GinIndex(fields=["search_vector"], name="episodes_search_vector_gin"),
             GinIndex(fields=["entities"], name="episodes_entities_gin"),
+            # m 32 / ef_construction 128, not pgvector's 16 / 64: episodes repeat (the
+            # nightly job that fails the same way), and with 16 links a node's
+            # neighbours stay inside its cluster of near-copies — whole clusters
+            # became unreachable (recall@10 vs exact 0.89 at 1M rows, docs/benchmarks.md).
             HnswIndex(
                 name="episodes_embedding_hnsw",
                 fields=["embedding"],
-                m=16,
-                ef_construction=64,
+                m=32,
+                ef_construction=128,
                 opclasses=["vector_cosine_ops"],
             ),
             # The embed task's backlog: rows still waiting for a vector.
