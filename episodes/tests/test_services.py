@@ -699,6 +699,8 @@ def test_concurrent_chunking_of_one_source_writes_once():
     for thread in threads:
         thread.join(timeout=60)
     assert errors == []
-    assert sorted(written) == [0, 0, 0, 3]
+    # One writer at most among the four; none when the shared test worker (if one is
+    # running) took the commit hook's chunking task first. Either way: written once.
+    assert sorted(written) in ([0, 0, 0, 3], [0, 0, 0, 0])
     assert SourceChunk.objects.filter(source=source).count() == 3
     assert len(events_of(agent, SOURCE_CHUNKED)) == 1
