@@ -44,6 +44,8 @@ from urllib.parse import quote, urlencode
 import pytest
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# See _wait_longer_for_deadlocks.
+PYTEST_DEADLOCK_TIMEOUT = "5s"
 WORKER_START_TIMEOUT = float(os.environ.get("PIPER_TEST_WORKER_TIMEOUT", 90))
 LOG_TAIL_CHARS = 6000
 
@@ -408,6 +410,9 @@ def _forget(worker: WorkerProcess) -> None:
 
 
 def pytest_configure(config):
+    from django.db.backends.signals import connection_created
+
+    connection_created.connect(_wait_longer_for_deadlocks, dispatch_uid="piper-test-deadlocks")
     config.addinivalue_line(
         "markers", "worker: starts a real Celery worker process against real Redis and PostgreSQL"
     )
@@ -417,3 +422,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "celery_worker_process" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.worker)
+
+
+def _wait_longer_for_deadlocks(sender, connection, **kwargs) -> None:
+    """A transactional test's teardown TRUNCATEs every table while the shared test
+    worker may still run a task the test's commits queued (a commit hook's
+    follow-up); their locks can form a cycle. The pytest process (only it: this
+    plugin is not loaded by worker processes) waits longer than the worker
+    (PostgreSQL's 1 s) before looking for a deadlock, so the worker's task is
+    the one cancelled — the test it belonged to is over. Only on the embedded
+    server, where the tests connect as a superuser, who may set it."""
+    if connection.vendor == "postgresql" and "DATABASE_URL" not in os.environ:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET deadlock_timeout = '{PYTEST_DEADLOCK_TIMEOUT}'")

@@ -20,11 +20,3 @@ CELERY_TASK_DEFAULT_QUEUE = f"piper-test-{RUN_ID}"
 SKILLS_SANDBOX_QUEUE = CELERY_TASK_DEFAULT_QUEUE
 CELERY_TASK_ROUTES = {"skills.sandbox.*": {"queue": SKILLS_SANDBOX_QUEUE}}
 
-# A transactional test's teardown TRUNCATEs every table while the shared test
-# worker may still be running a task the test's commits queued (a commit hook's
-# follow-up); their locks can form a cycle. This process waits longer than the
-# worker (PostgreSQL's 1 s) before looking for a deadlock, so the worker's
-# task is the one cancelled: the test it belonged to is over. Only on the
-# embedded server, where the tests connect as a superuser (who may set it).
-if "DATABASE_URL" not in os.environ:
-    DATABASES["default"]["OPTIONS"]["options"] = "-c deadlock_timeout=5s"  # noqa: F405

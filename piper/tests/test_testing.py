@@ -1,5 +1,7 @@
 """The pytest plugin's own pieces that need no worker."""
 
+import os
+
 import dj_database_url
 import pytest
 
@@ -49,3 +51,14 @@ def test_database_url_for_the_embedded_socket():
     )
 
     assert url == "postgresql://postgres@%2Fsrv%2Fpiper%2Fvar%2Fpostgres/test_piper"
+
+
+@pytest.mark.skipif("DATABASE_URL" in os.environ, reason="set only on the embedded server")
+def test_the_pytest_process_waits_longer_than_a_worker_before_looking_for_deadlocks(db):
+    from django.db import connection
+
+    from piper.testing import PYTEST_DEADLOCK_TIMEOUT
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW deadlock_timeout")
+        assert cursor.fetchone()[0] == PYTEST_DEADLOCK_TIMEOUT == "5s"
