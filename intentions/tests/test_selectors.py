@@ -67,9 +67,7 @@ class TestOpenIntentionsRendered:
         IntentionFactory(agent=agent, thread=ThreadFactory(agent=agent))  # another thread
         engine.clock_set(agent=agent, now=T0 + timedelta(hours=1))  # `overdue` is now overdue
 
-        rendered = selectors.open_intentions_rendered(
-            thread=thread, now=T0 + timedelta(hours=1)
-        )
+        rendered = selectors.open_intentions_rendered(thread=thread, now=T0 + timedelta(hours=1))
 
         assert rendered == orm_rendering([due, overdue, later, first])
         assert [list(r) for r in rendered] == [

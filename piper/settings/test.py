@@ -19,4 +19,3 @@ CELERY_TASK_DEFAULT_QUEUE = f"piper-test-{RUN_ID}"
 # Sandbox tasks go to this run's queue too, so the test worker runs them.
 SKILLS_SANDBOX_QUEUE = CELERY_TASK_DEFAULT_QUEUE
 CELERY_TASK_ROUTES = {"skills.sandbox.*": {"queue": SKILLS_SANDBOX_QUEUE}}
-
