@@ -8,8 +8,6 @@ transition and the ledger event like any other change.
 
 from __future__ import annotations
 
-import json
-
 from django.contrib import admin, messages
 from django.db.models import F, QuerySet
 from django.db.models.fields.json import KT
@@ -18,6 +16,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.text import Truncator
 
+from piper.admin_display import pretty_json
 from piper.errors import PiperError
 
 from .models import (
@@ -58,13 +57,6 @@ def _link(url_name: str, pk, text=None) -> str:
 
 def _event_link(event_id) -> str:
     return _link("admin:ledger_event_change", event_id, str(event_id)[:8] if event_id else None)
-
-
-def _pretty(value) -> str:
-    return format_html(
-        '<pre style="white-space: pre-wrap; margin: 0">{}</pre>',
-        json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True),
-    )
 
 
 def _table(headers: list[str], rows: list[tuple], empty: str) -> str:
@@ -218,7 +210,7 @@ class WorkingStateAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="state")
     def checkpoint(self, version: WorkingState) -> str:
-        return _pretty(version.state)
+        return pretty_json(version.state)
 
 
 @admin.register(Handover)
@@ -355,19 +347,21 @@ class IntentionAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="trigger spec")
     def trigger(self, intention: Intention) -> str:
-        return _pretty(intention.trigger_spec)
+        return pretty_json(intention.trigger_spec)
 
     @admin.display(description="completion evidence")
     def evidence(self, intention: Intention) -> str:
-        return _pretty(intention.completion_evidence)
+        return pretty_json(intention.completion_evidence)
 
     @admin.display(description="required context")
     def context(self, intention: Intention) -> str:
-        return _pretty(intention.required_context)
+        return pretty_json(intention.required_context)
 
     @admin.display(description="retry / escalation policy")
     def policies(self, intention: Intention) -> str:
-        return _pretty({"retry": intention.retry_policy, "escalation": intention.escalation_policy})
+        return pretty_json(
+            {"retry": intention.retry_policy, "escalation": intention.escalation_policy}
+        )
 
     def _intention_links(self, intentions) -> str:
         links = [
@@ -554,7 +548,7 @@ class OutboxMessageAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="payload")
     def body(self, message: OutboxMessage) -> str:
-        return _pretty(message.payload)
+        return pretty_json(message.payload)
 
     def has_deliver_permission(self, request) -> bool:
         return request.user.has_perm("intentions.change_outboxmessage")

@@ -8,13 +8,12 @@ services, which record the transition and its ledger event like any other.
 
 from __future__ import annotations
 
-import json
-
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from piper.admin_display import pretty_json
 from piper.errors import PiperError
 
 from . import selectors
@@ -39,13 +38,6 @@ def _link(url_name: str, pk, text=None) -> str:
     if pk is None:
         return "-"
     return format_html('<a href="{}">{}</a>', reverse(url_name, args=[pk]), text or pk)
-
-
-def _pretty(value) -> str:
-    return format_html(
-        '<pre style="white-space: pre-wrap; margin: 0">{}</pre>',
-        json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True),
-    )
 
 
 def _code(text: str) -> str:
@@ -211,7 +203,7 @@ class SkillVersionAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def stats(self, version: SkillVersion) -> str:
         from .serializers import SkillStatsOutputSerializer
 
-        return _pretty(SkillStatsOutputSerializer().to_representation(version))
+        return pretty_json(SkillStatsOutputSerializer().to_representation(version))
 
     @admin.display(description="transitions")
     def transitions_table(self, version: SkillVersion) -> str:
@@ -231,19 +223,19 @@ class SkillVersionAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="trigger")
     def trigger_json(self, version):
-        return _pretty(version.trigger)
+        return pretty_json(version.trigger)
 
     @admin.display(description="preconditions")
     def preconditions_json(self, version):
-        return _pretty(version.preconditions)
+        return pretty_json(version.preconditions)
 
     @admin.display(description="contraindications")
     def contraindications_json(self, version):
-        return _pretty(version.contraindications)
+        return pretty_json(version.contraindications)
 
     @admin.display(description="parameter schema")
     def schema_json(self, version):
-        return _pretty(version.parameter_schema)
+        return pretty_json(version.parameter_schema)
 
     @admin.display(description="procedure")
     def procedure_code(self, version):
@@ -259,11 +251,11 @@ class SkillVersionAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="examples")
     def examples_json(self, version):
-        return _pretty(version.examples)
+        return pretty_json(version.examples)
 
     @admin.display(description="hold-out cases")
     def holdout_json(self, version):
-        return _pretty(version.holdout)
+        return pretty_json(version.holdout)
 
     # ---- the operator's decisions, through the lifecycle services
 
@@ -429,27 +421,27 @@ class ExecutionAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="params")
     def params_json(self, execution):
-        return _pretty(execution.params)
+        return pretty_json(execution.params)
 
     @admin.display(description="context")
     def context_json(self, execution):
-        return _pretty(execution.context)
+        return pretty_json(execution.context)
 
     @admin.display(description="result")
     def result_json(self, execution):
-        return _pretty(execution.result)
+        return pretty_json(execution.result)
 
     @admin.display(description="verdict")
     def verdict_json(self, execution):
-        return _pretty(execution.verdict)
+        return pretty_json(execution.verdict)
 
     @admin.display(description="evidence")
     def evidence_json(self, execution):
-        return _pretty(execution.evidence)
+        return pretty_json(execution.evidence)
 
     @admin.display(description="tool calls")
     def tool_calls_json(self, execution):
-        return _pretty(execution.tool_calls)
+        return pretty_json(execution.tool_calls)
 
     @admin.display(description="error")
     def error_text(self, execution):

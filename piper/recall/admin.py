@@ -8,11 +8,10 @@ failure code for what the filters selected.
 
 from __future__ import annotations
 
-import json
-
 from django.contrib import admin
-from django.utils.html import format_html
 from django.utils.text import Truncator
+
+from piper.admin_display import pretty_json
 
 from . import selectors
 from .models import FailureCode, RecallFeedback, RetrievalTrace
@@ -27,10 +26,6 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
-
-
-def _pretty(value) -> str:
-    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
 
 
 class HasFeedbackFilter(admin.SimpleListFilter):
@@ -114,19 +109,19 @@ class RetrievalTraceAdmin(ReadOnlyAdmin):
 
     @admin.display(description="decision")
     def decision_pretty(self, trace: RetrievalTrace) -> str:
-        return _pretty(trace.decision)
+        return pretty_json(trace.decision)
 
     @admin.display(description="filters")
     def filters_pretty(self, trace: RetrievalTrace) -> str:
-        return _pretty(trace.filters)
+        return pretty_json(trace.filters)
 
     @admin.display(description="returned")
     def returned_pretty(self, trace: RetrievalTrace) -> str:
-        return _pretty(trace.returned)
+        return pretty_json(trace.returned)
 
     @admin.display(description="candidates")
     def candidates_pretty(self, trace: RetrievalTrace) -> str:
-        return _pretty(trace.candidates)
+        return pretty_json(trace.candidates)
 
 
 @admin.register(RecallFeedback)
