@@ -101,9 +101,15 @@ CONTEXT_WEIGHTS: dict[str, float] = {"text_rank": 0.7, "similarity": 0.5, "cover
 # (itself included): evidence comes in sessions. 0 turns it off.
 SESSION_WEIGHT = 0.5
 
-# Vector search. At most EXACT_SCAN_MAX_ROWS rows of the agent (after the
-# agent/session/time filters, which have indexes): compare with every one.
+# Vector search: when the filters leave at most this many of the agent's rows,
+# compare the query with every one of them instead of walking the HNSW graph.
+# The filters a covering index answers with the vectors in it (agent, actor,
+# time window; EXACT_SCAN_COVERED) allow EXACT_SCAN_MAX_ROWS; with any other
+# filter (environment, outcome, goal, task) each row is a heap and TOAST fetch
+# (~38 us a row against ~3 in the index) and the limit is EXACT_SCAN_HEAP_MAX_ROWS.
 EXACT_SCAN_MAX_ROWS = 2_000
+EXACT_SCAN_HEAP_MAX_ROWS = 500
+EXACT_SCAN_COVERED = frozenset({"actor", "occurred_after", "occurred_before"})
 # 100 gave recall@10 0.945-0.995 against exact on the test's clustered data, 200
 # 0.98-0.985, at no difference measurable at 1M rows (p50 ~10 ms either way).
 HNSW_EF_SEARCH = 200
@@ -415,9 +421,9 @@ class _Spec:
     model: type
     table: str
     where: list[str]  # conditions on alias e, in every list
-    indexed_where: list[str]  # the part an index answers: counts the exact scan's rows
     params: dict[str, Any]
     columns: list[str]  # loaded columns, in concrete-field order
+    exact_max: int  # at most this many rows under `where`: an exact vector scan
 
     @property
     def where_sql(self) -> str:
@@ -431,25 +437,32 @@ def _loaded_columns(model: type) -> list[str]:
 
 def _episode_spec(agent: Agent, filters: SearchFilters) -> _Spec:
     where = ["e.agent_id = %(agent)s"]
-    indexed = ["e.agent_id = %(agent)s"]
     params: dict[str, Any] = {"agent": agent.pk}
+    used = set()
     for name in ("actor", "environment", "session_id", "goal_id", "task_id", "outcome"):
         value = getattr(filters, name)
         if value is not None:
             where.append(f"e.{name} = %(f_{name})s")
             params[f"f_{name}"] = value
-            if name == "session_id":
-                indexed.append(where[-1])
+            used.add(name)
     if filters.occurred_after is not None:
         where.append("e.occurred_at >= %(f_after)s")
-        indexed.append(where[-1])
         params["f_after"] = filters.occurred_after
+        used.add("occurred_after")
     if filters.occurred_before is not None:
         where.append("e.occurred_at < %(f_before)s")
-        indexed.append(where[-1])
         params["f_before"] = filters.occurred_before
+        used.add("occurred_before")
+    # A session is a few dozen rows: exact through the session index and the heap.
+    covered = used <= EXACT_SCAN_COVERED or "session_id" in used
     return _Spec(
-        "episode", Episode, Episode._meta.db_table, where, indexed, params, _loaded_columns(Episode)
+        "episode",
+        Episode,
+        Episode._meta.db_table,
+        where,
+        params,
+        _loaded_columns(Episode),
+        EXACT_SCAN_MAX_ROWS if covered else EXACT_SCAN_HEAP_MAX_ROWS,
     )
 
 
@@ -464,9 +477,9 @@ def _chunk_spec(agent: Agent, source_id: uuid.UUID | None) -> _Spec:
         SourceChunk,
         SourceChunk._meta.db_table,
         where,
-        list(where),
         params,
         _loaded_columns(SourceChunk),
+        EXACT_SCAN_MAX_ROWS,
     )
 
 
@@ -541,14 +554,14 @@ text_hits AS MATERIALIZED (
 
 
 def _vector_ctes(spec: _Spec, k: int) -> str:
-    """An exact scan when the indexed filters leave at most EXACT_SCAN_MAX_ROWS
-    rows, otherwise the HNSW index with an iterative scan; only one of the two
-    runs (the other's one-time filter is false)."""
-    spec.params.update(k_vec=k, exact_max=EXACT_SCAN_MAX_ROWS, exact_cap=EXACT_SCAN_MAX_ROWS + 1)
+    """An exact scan when the filters leave at most spec.exact_max rows,
+    otherwise the HNSW index with an iterative scan; only one of the two runs
+    (the other's one-time filter is false)."""
+    spec.params.update(k_vec=k, exact_max=spec.exact_max, exact_cap=spec.exact_max + 1)
     return f"""
 vec_rows AS MATERIALIZED (
     SELECT count(*) AS n FROM (
-        SELECT 1 FROM {spec.table} e WHERE {" AND ".join(spec.indexed_where)} LIMIT %(exact_cap)s
+        SELECT 1 FROM {spec.table} e WHERE {spec.where_sql} LIMIT %(exact_cap)s
     ) counted
 ),
 vec_exact AS MATERIALIZED (
@@ -852,11 +865,11 @@ def _fetch(
             if counted is None:
                 cursor.execute(
                     f"SELECT count(*) FROM (SELECT 1 FROM {spec.table} e"
-                    f" WHERE {' AND '.join(spec.indexed_where)} LIMIT %(exact_cap)s) c",
+                    f" WHERE {spec.where_sql} LIMIT %(exact_cap)s) c",
                     spec.params,
                 )
                 counted = cursor.fetchone()[0]
-            strategy = "exact" if counted <= EXACT_SCAN_MAX_ROWS else "hnsw"
+            strategy = "exact" if counted <= spec.exact_max else "hnsw"
             found = sum(1 for r in rows if r[n + 1] is not None)
             if strategy == "hnsw" and found < k:
                 rows = _with_exact_vectors(cursor, spec, rows, lexemes, entities)

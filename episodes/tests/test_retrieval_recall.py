@@ -163,9 +163,11 @@ def test_the_search_statement_uses_the_hnsw_index(world):
     assert "Index Scan using episodes_embedding_hnsw" in plan
 
 
-def test_recall_holds_with_a_filter_inside_the_agent(world):
+def test_recall_holds_with_a_filter_inside_the_agent(world, monkeypatch):
     agents, centres = world
     agent = agents[7]
+    # The graph walk under a filter, not the exact scan the actor's rows would get.
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_MAX_ROWS", 0)
     recalls = []
     for vector in _queries(centres, seed=12):
         result = _search(agent, vector, SearchFilters(actor="actor-3"))
@@ -188,13 +190,39 @@ def test_a_narrow_time_window_is_an_exact_scan(world):
         assert _vector_top(result) == exact
 
 
-def test_a_filter_few_rows_pass_falls_back_to_an_exact_scan(world):
+def test_an_actor_filter_counts_its_own_rows_and_scans_them_exactly(world):
+    agents, centres = world
+    agent = agents[6]
+    for vector in _queries(centres, seed=13)[:5]:
+        result = _search(agent, vector, SearchFilters(actor="actor-3"))
+        assert result.vector_strategy == "exact"
+        exact = _exact(agent, vector, where="AND actor = %s", params=["actor-3"])
+        assert _vector_top(result) == exact
+
+
+def test_a_filter_without_a_covering_index_allows_fewer_exact_rows(world, monkeypatch):
+    agents, centres = world
+    agent = agents[6]
+    vector = _queries(centres, seed=14)[0]
+    # ~430 rows are actor-3's (1 in 7); every row has the empty environment, so
+    # adding it keeps the same rows, but each would be a heap and TOAST fetch.
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_HEAP_MAX_ROWS", 100)
+    covered = _search(agent, vector, SearchFilters(actor="actor-3"))
+    uncovered = _search(agent, vector, SearchFilters(actor="actor-3", environment=""))
+    assert covered.vector_strategy == "exact"
+    assert uncovered.vector_strategy == "hnsw"
+    assert {h.obj.actor for h in uncovered.hits} == {"actor-3"}
+
+
+def test_a_filter_few_rows_pass_falls_back_to_an_exact_scan(world, monkeypatch):
     agents, centres = world
     agent = agents[4]
     rare = [
         record(agent, summary=f"rare {i}", actor="rare-bot", embedding=centres[i % 3])
         for i in range(3)
     ]
+    # Three rows would be counted and scanned exactly at once; make the index try first.
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_MAX_ROWS", 0)
     result = _search(agent, centres[0], SearchFilters(actor="rare-bot"))
     assert result.vector_strategy == "hnsw+exact"
     assert {h.obj.pk for h in result.hits} == {r.pk for r in rare}
