@@ -153,10 +153,25 @@ class FactOrigin(models.TextChoices):
 
 
 class Fact(models.Model):
+    # Foreign-key indexes: Django's one per column cost an index entry for each
+    # of the three row versions a superseding claim writes (two INSERTs and the
+    # closing, non-HOT UPDATE). Those a query needs are in Meta.indexes, partial
+    # where the column is mostly empty; the rest are served by a composite index
+    # or serve nothing (see the migration 0006 docstring for each).
     id = models.UUIDField(primary_key=True, editable=False)
-    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
-    subject = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="facts")
-    predicate = models.ForeignKey(Predicate, on_delete=models.CASCADE, related_name="facts")
+    # Every facts index leads with agent.
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+", db_index=False)
+    # Subject, predicate and object are checked by the composite foreign keys
+    # over (agent_id, …) of migration 0004, which imply these: a second check per
+    # row at commit is waste. Every query by subject also names the agent
+    # (facts_versions_idx).
+    subject = models.ForeignKey(
+        Entity, on_delete=models.CASCADE, related_name="facts", db_index=False, db_constraint=False
+    )
+    # Indexed: a predicate's redefinition checks its believed facts.
+    predicate = models.ForeignKey(
+        Predicate, on_delete=models.CASCADE, related_name="facts", db_constraint=False
+    )
     object_value = models.JSONField(null=True, blank=True, help_text="The value (not a relation).")
     object_entity = models.ForeignKey(
         Entity,
@@ -164,6 +179,8 @@ class Fact(models.Model):
         null=True,
         blank=True,
         related_name="incoming_facts",
+        db_index=False,  # facts_object_entity_fk_idx, relations only
+        db_constraint=False,
         help_text="The object, when the fact is a relation.",
     )
     valid_from = models.DateTimeField(help_text="Valid time: true in the world from …")
@@ -181,14 +198,21 @@ class Fact(models.Model):
     )
     authority = models.CharField(max_length=20, choices=Authority.choices)
     confidence = models.FloatField()
+    # No query looks facts up by their event, and events are never deleted.
     source_event = models.ForeignKey(
-        Event, on_delete=models.PROTECT, related_name="+", help_text="The claim's ledger event."
+        Event,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,
+        help_text="The claim's ledger event.",
     )
+    # The version links are indexed where set (Meta.indexes): deleting versions
+    # (a rebuild's clear) checks each link to the deleted rows.
     supersedes = models.ForeignKey(
-        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
     )
     superseded_by = models.ForeignKey(
-        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
     )
     contests = models.ForeignKey(
         "self",
@@ -196,6 +220,7 @@ class Fact(models.Model):
         null=True,
         blank=True,
         related_name="contested_by",
+        db_index=False,
         help_text="The higher-authority version this claim challenged.",
     )
     last_confirmed_at = models.DateTimeField(
@@ -272,6 +297,26 @@ class Fact(models.Model):
                 name="facts_open_contests_idx",
                 condition=Q(status="contested", superseded_at__isnull=True),
             ),
+            # The links, where set: a version's open contests (selectors), and the
+            # foreign-key checks when versions or entities are deleted.
+            models.Index(
+                fields=["supersedes"],
+                name="facts_supersedes_idx",
+                condition=Q(supersedes__isnull=False),
+            ),
+            models.Index(
+                fields=["superseded_by"],
+                name="facts_superseded_by_idx",
+                condition=Q(superseded_by__isnull=False),
+            ),
+            models.Index(
+                fields=["contests"], name="facts_contests_idx", condition=Q(contests__isnull=False)
+            ),
+            models.Index(
+                fields=["object_entity"],
+                name="facts_object_entity_fk_idx",
+                condition=Q(object_entity__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -299,8 +344,12 @@ class FactEvidence(models.Model):
 
     # Derived from the event and the fact, so a rebuild reproduces it.
     id = models.UUIDField(primary_key=True, editable=False)
-    fact = models.ForeignKey(Fact, on_delete=models.CASCADE, related_name="evidence")
-    event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
+    # facts_evidence_once (fact, event) serves the lookups by fact; nothing
+    # looks evidence up by event, and events are never deleted.
+    fact = models.ForeignKey(
+        Fact, on_delete=models.CASCADE, related_name="evidence", db_index=False
+    )
+    event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+", db_index=False)
     recorded_at = models.DateTimeField()
 
     class Meta:

@@ -18,7 +18,9 @@ GENESIS_HASH = "0" * 64
 
 class Event(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
-    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    # Every ledger_event index leads with agent: a single-column one is only
+    # one more entry per append.
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+", db_index=False)
     seq = models.BigIntegerField(help_text="Position in this agent's hash chain, from 1.")
     event_type = models.CharField(
         max_length=100, help_text="What happened, e.g. 'tool.called', 'user.said', 'fact.asserted'."
@@ -50,11 +52,13 @@ class Event(models.Model):
         max_length=64, help_text="SHA-256 over this event's fields and prev_hash."
     )
     # Same-agent references: a composite foreign key (agent_id, …) in migration
-    # 0002 makes pointing at another agent's event impossible.
+    # 0002 makes pointing at another agent's event impossible. Most events have
+    # neither link: they are indexed where set (Meta.indexes).
     parent_event = models.ForeignKey(
         "self",
         on_delete=models.DO_NOTHING,
         db_constraint=False,
+        db_index=False,
         null=True,
         blank=True,
         related_name="children",
@@ -63,6 +67,7 @@ class Event(models.Model):
         "self",
         on_delete=models.DO_NOTHING,
         db_constraint=False,
+        db_index=False,
         null=True,
         blank=True,
         related_name="corrections",
@@ -110,6 +115,16 @@ class Event(models.Model):
             models.Index(fields=["agent", "session_id", "seq"], name="ledger_event_session_idx"),
             models.Index(fields=["agent", "occurred_at"], name="ledger_event_occurred_idx"),
             models.Index(fields=["agent", "recorded_at"], name="ledger_event_recorded_idx"),
+            models.Index(
+                fields=["parent_event"],
+                name="ledger_event_parent_idx",
+                condition=models.Q(parent_event__isnull=False),
+            ),
+            models.Index(
+                fields=["correction_of"],
+                name="ledger_event_correction_idx",
+                condition=models.Q(correction_of__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

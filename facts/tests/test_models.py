@@ -203,6 +203,70 @@ class TestFactChecks:
             )
 
 
+def insert_checked(fact: Fact) -> None:
+    """insert(), with the deferred foreign keys checked now rather than at commit."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        fact.save(force_insert=True)
+
+
+class TestReferences:
+    """A fact's subject, predicate and object are checked by the composite
+    (agent_id, …) keys alone: the single-column keys Django would add are gone."""
+
+    @pytest.mark.parametrize(
+        ("field", "constraint"),
+        [
+            ("subject", "facts_fact_subject_same_agent"),
+            ("predicate", "facts_fact_predicate_same_agent"),
+            ("object_entity", "facts_fact_object_same_agent"),
+        ],
+    )
+    def test_an_unknown_or_foreign_reference_is_refused(self, world, field, constraint):
+        other = AgentFactory()
+        theirs = (
+            PredicateFactory(agent=other, name="lives_in")
+            if field == "predicate"
+            else EntityFactory(agent=other, name="Alice")
+        )
+        extra = {"object_value": None} if field == "object_entity" else {}
+        for target_id in (theirs.pk, uuid.uuid4()):
+            with pytest.raises(IntegrityError, match=constraint):
+                insert_checked(fact_row(world, **{f"{field}_id": target_id}, **extra))
+        assert not Fact.objects.exists()
+
+    def test_a_version_link_to_a_missing_version_is_refused(self, world):
+        for field in ("supersedes_id", "superseded_by_id", "contests_id"):
+            with pytest.raises(IntegrityError, match=f"facts_fact_{field}_"):
+                insert_checked(fact_row(world, **{field: uuid.uuid4()}))
+
+    def test_the_indexes_are_the_ones_queries_use(self):
+        """Each index costs an entry per row version written; Django's automatic
+        foreign-key indexes are off (migration 0006 says why for each)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT tablename, indexname FROM pg_indexes "
+                "WHERE tablename IN ('facts_fact', 'facts_factevidence') ORDER BY 1, 2"
+            )
+            rows = cursor.fetchall()
+        assert rows == [
+            ("facts_fact", "facts_believed_idx"),
+            ("facts_fact", "facts_contests_idx"),
+            ("facts_fact", "facts_fact_pkey"),
+            ("facts_fact", "facts_fact_predicate_id_53b5fa2f"),
+            ("facts_fact", "facts_object_entity_fk_idx"),
+            ("facts_fact", "facts_object_entity_idx"),
+            ("facts_fact", "facts_one_believed_value_at_a_time"),
+            ("facts_fact", "facts_open_contests_idx"),
+            ("facts_fact", "facts_superseded_by_idx"),
+            ("facts_fact", "facts_supersedes_idx"),
+            ("facts_fact", "facts_versions_idx"),
+            ("facts_factevidence", "facts_evidence_once"),
+            ("facts_factevidence", "facts_factevidence_pkey"),
+        ]
+
+
 class TestNames:
     def test_an_alias_is_unique_per_agent_case_insensitively(self, world):
         agent, alice, _, event = world
