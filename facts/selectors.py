@@ -18,6 +18,7 @@ from django.db.models.functions import Lower
 from django.utils import timezone
 
 from ledger.models import Event
+from piper.db import fetchall_prepared
 from piper.errors import InvalidInput, NotFound
 from piper.tenancy.models import Agent
 
@@ -164,7 +165,8 @@ def facts_current(*, agent: Agent, subject: Entity, predicate: Predicate | None)
 # one statement: subject (by id, or by name through the lower(alias) index),
 # predicate by name, the believed versions with everything their
 # memory_status needs. Through the ORM the same answer took three queries and
-# ~3.6 ms at 1M versions, most of it compiling SQL (docs/benchmarks.md).
+# ~3.6 ms at 1M versions, most of it compiling SQL (docs/benchmarks.md). It is
+# prepared once per connection: planning five joins cost more than running them.
 _LOOKUP_PARTS = (
     ("f", Fact, ()),
     ("s", Entity, ()),
@@ -224,9 +226,7 @@ def facts_valid_at_by_ref(
     sql, layout = _lookup_sql(by_id)
     params = {"agent": agent.pk, "ref": str(subject_ref), "predicate": predicate_name}
     params["at"] = valid_time
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+    rows = fetchall_prepared(sql, params)
     if not rows:  # nothing believed then — or an unknown name: the slow path says which
         subject = entity_resolve(agent=agent, ref=subject_ref)
         return subject, predicate_get(agent=agent, name=predicate_name), []

@@ -79,6 +79,9 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": embedded.database_config()}
+# The hottest lookups (API key, a fact by subject and predicate) run as prepared
+# statements (piper/db.py); false behind a pooler that cannot keep them.
+PIPER_DB_PREPARED_STATEMENTS = env_bool("PIPER_DB_PREPARED_STATEMENTS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL, CELERY_REDIS_URL = embedded.redis_urls()

@@ -1,0 +1,75 @@
+"""The hottest read statements as server-side prepared statements.
+
+Planning a statement costs PostgreSQL more than running it when the answer is
+a few index lookups: the facts lookup (five tables) plans in ~0.9 ms and runs
+in ~0.15 ms. A prepared statement is planned once per connection (after five
+executions PostgreSQL keeps a generic plan when it costs no more than the
+custom ones) and then only executed.
+
+Django turns psycopg's preparation off (`prepare_threshold` None) so that
+transaction-mode connection poolers keep working, and its cursors bind
+parameters client-side, which never prepares. Only `fetchall_prepared`
+prepares, and only the statements handed to it. Behind a pooler that does not
+track prepared statements (PgBouncer before 1.21 in transaction mode) set
+PIPER_DB_PREPARED_STATEMENTS=false: the same statements then run unprepared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.backends.postgresql.base import ServerBindingCursor
+from psycopg import ClientCursor
+
+# psycopg prepares a statement on request only when a threshold is set; one no
+# statement reaches keeps it from preparing anything on its own.
+_EXPLICIT_ONLY = 2**31
+
+
+class _PreparingCursor(ServerBindingCursor):
+    def execute(self, query, params=None, *, prepare=None, binary=None):
+        try:
+            return super().execute(query, params, prepare=True, binary=binary)
+        finally:
+            # A prepared execution leaves psycopg's _query unset, and Django's
+            # query log (connection.queries, captured queries in tests) reads
+            # the statement from it.
+            self._query = _LoggedStatement(self.connection, query, params)
+
+
+class _LoggedStatement:
+    """The statement with its parameters in, as a client-side binding cursor
+    sends it; built only when the query log reads it."""
+
+    def __init__(self, raw_connection, sql, params):
+        self._connection, self._sql, self._params = raw_connection, sql, params
+
+    @property
+    def query(self) -> bytes:
+        return ClientCursor(self._connection).mogrify(self._sql, self._params).encode()
+
+
+def fetchall_prepared(sql: str, params: Mapping[str, Any] | Sequence[Any]) -> list[tuple]:
+    """Every row of a read-only statement, run as a prepared statement on this
+    connection (prepared on first use; psycopg forgets it after a rollback
+    and prepares it again). The statement goes through Django's cursor
+    wrapper like any other, so query logging, execute wrappers (query counts
+    in tests) and error translation see it."""
+    if not settings.PIPER_DB_PREPARED_STATEMENTS:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    # What connection.cursor() does, with a server-side binding cursor.
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = _EXPLICIT_ONLY
+    with connection.wrap_database_errors:
+        cursor = connection._prepare_cursor(_PreparingCursor(raw))
+    with cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
