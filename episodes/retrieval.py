@@ -107,7 +107,9 @@ SESSION_WEIGHT = 0.5
 # time window; EXACT_SCAN_COVERED) allow EXACT_SCAN_MAX_ROWS; with any other
 # filter (environment, outcome, goal, task) each row is a heap and TOAST fetch
 # (~38 us a row against ~3 in the index) and the limit is EXACT_SCAN_HEAP_MAX_ROWS.
-EXACT_SCAN_MAX_ROWS = 2_000
+# 8,000 holds one actor of a 100k-row agent (~6,300 rows, bench/episodes_bench.py):
+# exact in ~10 ms, where the filtered graph walk took 50-70 ms at recall@10 0.91.
+EXACT_SCAN_MAX_ROWS = 8_000
 EXACT_SCAN_HEAP_MAX_ROWS = 500
 EXACT_SCAN_COVERED = frozenset({"actor", "occurred_after", "occurred_before"})
 # 100 gave recall@10 0.945-0.995 against exact on the test's clustered data, 200
@@ -422,8 +424,12 @@ class _Spec:
     table: str
     where: list[str]  # conditions on alias e, in every list
     params: dict[str, Any]
-    columns: list[str]  # loaded columns, in concrete-field order
+    columns: list[str]  # the returned hits' columns, in concrete-field order
     exact_max: int  # at most this many rows under `where`: an exact vector scan
+    agent_only: bool  # `where` is the agent condition alone
+    # What fusion reads of a candidate (the tie-break, recency, sessions): the
+    # candidates load only these, the returned hits every column (_with_full_rows).
+    key_columns: list[str] = field(default_factory=list)
 
     @property
     def where_sql(self) -> str:
@@ -433,6 +439,17 @@ class _Spec:
 def _loaded_columns(model: type) -> list[str]:
     skip = {"search_vector", "embedding"}
     return [f.column for f in model._meta.concrete_fields if f.column not in skip]
+
+
+def _attnames(model: type, columns: Sequence[str]) -> list[str]:
+    """The attribute names of `columns`, in concrete-field order (as from_db takes them)."""
+    wanted = set(columns)
+    return [f.attname for f in model._meta.concrete_fields if f.column in wanted]
+
+
+def _in_field_order(model: type, columns: Sequence[str]) -> list[str]:
+    wanted = set(columns)
+    return [f.column for f in model._meta.concrete_fields if f.column in wanted]
 
 
 def _episode_spec(agent: Agent, filters: SearchFilters) -> _Spec:
@@ -463,6 +480,8 @@ def _episode_spec(agent: Agent, filters: SearchFilters) -> _Spec:
         params,
         _loaded_columns(Episode),
         EXACT_SCAN_MAX_ROWS if covered else EXACT_SCAN_HEAP_MAX_ROWS,
+        not used,
+        _in_field_order(Episode, ["id", "session_id", "occurred_at"]),
     )
 
 
@@ -480,6 +499,8 @@ def _chunk_spec(agent: Agent, source_id: uuid.UUID | None) -> _Spec:
         params,
         _loaded_columns(SourceChunk),
         EXACT_SCAN_MAX_ROWS,
+        source_id is None,
+        _in_field_order(SourceChunk, ["id", "source_id", "ordinal"]),
     )
 
 
@@ -553,16 +574,21 @@ text_hits AS MATERIALIZED (
     )
 
 
-def _vector_ctes(spec: _Spec, k: int) -> str:
+def _vector_ctes(spec: _Spec, k: int, agent_rows: int) -> str:
     """An exact scan when the filters leave at most spec.exact_max rows,
     otherwise the HNSW index with an iterative scan; only one of the two runs
-    (the other's one-time filter is false)."""
+    (the other's one-time filter is false). Without filters, an agent whose
+    (cached) row count is far above the limit is not counted again."""
     spec.params.update(k_vec=k, exact_max=spec.exact_max, exact_cap=spec.exact_max + 1)
+    if spec.agent_only and agent_rows > 2 * spec.exact_max:
+        rows_sql = "SELECT %(exact_cap)s::bigint AS n"
+    else:
+        rows_sql = f"""SELECT count(*) AS n FROM (
+        SELECT 1 FROM {spec.table} e WHERE {spec.where_sql} LIMIT %(exact_cap)s
+    ) counted"""
     return f"""
 vec_rows AS MATERIALIZED (
-    SELECT count(*) AS n FROM (
-        SELECT 1 FROM {spec.table} e WHERE {spec.where_sql} LIMIT %(exact_cap)s
-    ) counted
+    {rows_sql}
 ),
 vec_exact AS MATERIALIZED (
     SELECT e.id, e.embedding <=> %(qv)s::vector AS distance
@@ -631,7 +657,7 @@ def _statement(
         joins.append("CROSS JOIN weights w")
     if vector is not None:
         spec.params["qv"] = _vector_literal(vector)
-        ctes.append(_vector_ctes(spec, k))
+        ctes.append(_vector_ctes(spec, k, agent_rows))
         sources.append("SELECT id FROM vec_hits")
         joins.append("LEFT JOIN vec_hits v ON v.id = e.id")
     if entities:
@@ -647,7 +673,7 @@ def _statement(
         "(SELECT n FROM vec_rows)" if vector is not None else "NULL::bigint",
         "w.dfs" if lexemes else "NULL::float8[]",
     ]
-    columns = [f"e.{c}" for c in spec.columns]
+    columns = [f"e.{c}" for c in spec.key_columns]
     return f"""WITH {",".join(ctes)},
 candidates AS ({" UNION ".join(sources)})
 SELECT {", ".join(columns + extra)}
@@ -661,7 +687,7 @@ def _rows_by_id_sql(spec: _Spec, lexemes: list[_Lexeme], entities: Sequence[str]
     added after the index gave up), with the weights the main statement used."""
     rank = _rank_sql(len(lexemes), "%(w{i})s") if lexemes else "NULL::float8"
     coverage = _coverage_sql(len(lexemes), "%(w{i})s") if lexemes else "NULL::float8"
-    columns = [f"e.{c}" for c in spec.columns]
+    columns = [f"e.{c}" for c in spec.key_columns]
     return (
         f"SELECT {', '.join(columns)}, {rank}, NULL::float8,"
         f" {_SHARED_SQL if entities else 'NULL::int'}, {coverage}, e.embedding IS NOT NULL,"
@@ -848,7 +874,8 @@ def _fetch(
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         texts, calibration, previous = _prepare(cursor, query, model_name, ef_search)
         lexemes = _lexemes(texts, spec.table)
-        agent_rows = _agent_rows(spec.table, agent) if lexemes else 0
+        wanted = lexemes or (vector is not None and spec.agent_only)
+        agent_rows = _agent_rows(spec.table, agent) if wanted else 0
         threshold, source = DEFAULT_ABSTENTION_THRESHOLD, "default"
         if calibration is not None:
             threshold, source = float(calibration[1]), calibration[0]
@@ -859,7 +886,7 @@ def _fetch(
             sql = _statement(spec, lexemes, agent_rows, total_rows, vector, entities, k)
             cursor.execute(sql, spec.params)
             rows = cursor.fetchall()
-        n = len(spec.columns)
+        n = len(spec.key_columns)
         if vector is not None:
             counted = next((r[n + 5] for r in rows if r[n + 5] is not None), None)
             if counted is None:
@@ -879,9 +906,7 @@ def _fetch(
                     "SELECT " + ", ".join(f"set_config('{s}', %s, true)" for s in HNSW_SETTINGS),
                     list(previous),
                 )
-    attnames = [
-        f.attname for f in spec.model._meta.concrete_fields if f.column in set(spec.columns)
-    ]
+    attnames = _attnames(spec.model, spec.key_columns)
     cands = []
     for row in rows:
         text_rank, distance, shared, coverage, embedded = row[n : n + 5]
@@ -906,10 +931,10 @@ def _with_exact_vectors(
 ) -> list[tuple]:
     """The index scan gave up before finding k rows (a filter few rows pass):
     take the vector list from an exact scan instead, fetching the rows it adds."""
-    n = len(spec.columns)
+    n = len(spec.key_columns)
     cursor.execute(_exact_vector_sql(spec), spec.params)
     exact = dict(cursor.fetchall())
-    id_at = spec.columns.index("id")
+    id_at = spec.key_columns.index("id")
     by_id: dict[uuid.UUID, list] = {}
     for row in rows:
         row = list(row)
@@ -952,9 +977,9 @@ def _with_session_context(
             ids=list(by_id),
             vector_literal=_vector_literal(vector) if vector is not None else None,
             cursor=cursor,
-            columns=spec.columns,
+            columns=spec.key_columns,
         )
-    attnames = [f.attname for f in spec.model._meta.concrete_fields if f.column in spec.columns]
+    attnames = _attnames(spec.model, spec.key_columns)
     for pk, (row, distance) in rows.items():
         if pk in by_id:
             continue
@@ -988,6 +1013,31 @@ def _with_session_context(
             if values.get(pk) != getattr(c, name):
                 c.signals[f"context_{name}"] = round(values[pk], 6)
     return list(by_id.values())
+
+
+def _full_rows(spec: _Spec, cands: list[_Candidate]) -> list[tuple[_Candidate, Any]]:
+    """Each candidate with its row as a model instance, every column loaded
+    (the candidates carry only spec.key_columns): one statement for all."""
+    if not cands:
+        return []
+    columns = ", ".join(f"e.{c}" for c in spec.columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns} FROM {spec.table} e WHERE e.id = ANY(%s::uuid[])",
+            [[c.obj.pk for c in cands]],
+        )
+        rows = cursor.fetchall()
+    attnames = _attnames(spec.model, spec.columns)
+    id_at = spec.columns.index("id")
+    by_id = {row[id_at]: row for row in rows}
+    out = []
+    for c in cands:
+        if c.obj.pk not in by_id:
+            continue  # deleted since the search read it (a purge): not an answer any more
+        obj = spec.model.from_db(connection.alias, attnames, by_id[c.obj.pk])
+        obj.embedded = c.embedded  # as the selectors annotate it (the vector is not loaded)
+        out.append((c, obj))
+    return out
 
 
 def _search(
@@ -1030,11 +1080,14 @@ def _search(
 
     evidence = max((c.evidence for c in cands if c.evidence is not None), default=None)
     abstained = abstain and (evidence is None or evidence < fetched.threshold)
-    hits = [Hit(spec.kind, c.obj, round(c.score, 6), c.signals) for c in cands]
+    returned = cands[: min(limit, NEAR_MISSES) if abstained else limit]
+    hits = [
+        Hit(spec.kind, obj, round(c.score, 6), c.signals) for c, obj in _full_rows(spec, returned)
+    ]
     return SearchResult(
-        hits=[] if abstained else hits[:limit],
+        hits=[] if abstained else hits,
         abstained=abstained,
-        near_misses=hits[: min(limit, NEAR_MISSES)] if abstained else [],
+        near_misses=hits if abstained else [],
         threshold=fetched.threshold,
         evidence_score=None if evidence is None else round(evidence, 6),
         embedding_model=embedder.name,

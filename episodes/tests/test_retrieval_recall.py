@@ -55,6 +55,13 @@ def world(django_db_setup, django_db_blocker):
             retrieval.forget_statistics()
 
 
+@pytest.fixture(autouse=True)
+def _hnsw_above_2000_rows(monkeypatch):
+    # The world's agents hold 3,000 rows each: above this, below the default
+    # limit, so the agent-wide searches here take the index as a big agent's do.
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_MAX_ROWS", 2_000)
+
+
 def _remove(agents) -> None:
     ids = [a.pk for a in agents]
     with connection.cursor() as cursor:
@@ -144,6 +151,20 @@ def test_iterative_hnsw_recall_against_exact_is_at_least_095(world):
         recalls.append(len(set(found) & set(exact)) / K)
     print("recall@10 vs exact:", sum(recalls) / len(recalls))
     assert sum(recalls) / len(recalls) >= 0.95, recalls
+
+
+def test_an_agent_far_above_the_exact_limit_is_not_counted_again(world, monkeypatch):
+    agents, centres = world
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_MAX_ROWS", 1_000)  # 3,000 rows > 2 x 1,000
+    with CaptureQueriesContext(connection) as queries:
+        result = _search(agents[5], _queries(centres)[0])
+    main = next(q["sql"] for q in queries.captured_queries if "vec_ann" in q["sql"])
+    assert "counted" not in main
+    assert result.vector_strategy == "hnsw"
+    with CaptureQueriesContext(connection) as queries:
+        _search(agents[5], _queries(centres)[0], SearchFilters(actor="actor-1"))
+    main = next(q["sql"] for q in queries.captured_queries if "vec_ann" in q["sql"])
+    assert "counted" in main  # a filter's rows are always counted
 
 
 def test_the_search_statement_uses_the_hnsw_index(world):
