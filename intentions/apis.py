@@ -337,7 +337,8 @@ class IntentionListApi(APIView):
         "ledger events), state (a condition over current facts), dependency (the listed "
         "intentions completed), manual. 400 invalid_trigger (a spec that does not fit its "
         "type), 400 invalid_rrule (does not parse, or never occurs), 400 for due_at before "
-        "not_before; 422 unknown_intention (a dependency) or unknown_thread. With "
+        "not_before; 422 unknown_intention (a dependency) or unknown_thread; 422 "
+        "dependency_ended (a dependency cancelled or expired, never completed). With "
         "dependencies it starts blocked; if they are all complete already it fires at once.",
     )
     def post(self, request):
@@ -482,7 +483,8 @@ class IntentionCancelApi(APIView):
         ReasonInputSerializer,
         "Cancel an intention: it never fires again",
         "Cancelling a cancelled intention changes nothing. 409 invalid_transition for a "
-        "completed or expired one.",
+        "completed or expired one. Blocked intentions waiting on it (unless it was ever "
+        "completed) are cancelled with it, reason 'dependency <id> cancelled'.",
     )
     def post(self, request, intention_id):
         return _action(
@@ -499,7 +501,8 @@ class IntentionExpireApi(APIView):
         EmptyInputSerializer,
         "Expire an intention now",
         "Expiry is explicit: this, or expires_at passing. 409 invalid_transition when it is "
-        "already completed, cancelled or expired.",
+        "already completed, cancelled or expired. Blocked intentions waiting on it (unless it "
+        "was ever completed) are cancelled, reason 'dependency <id> expired'.",
     )
     def post(self, request, intention_id):
         return _action(
@@ -531,7 +534,8 @@ class IntentionDependenciesApi(APIView):
         parameters=[IDEMPOTENCY_KEY],
         summary="Replace what a waiting intention depends on",
         description="422 dependency_cycle when an intention would wait for itself; 422 "
-        "unknown_intention; 409 not_armed unless active or blocked.",
+        "unknown_intention; 422 dependency_ended (one cancelled or expired, never completed); "
+        "409 not_armed unless active or blocked.",
     )
     def put(self, request, intention_id):
         def write():

@@ -380,7 +380,11 @@ def catch_up_events() -> int:
 
 def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> int:
     """Expiry is explicit: only intentions with an expires_at in the past.
-    Each expiry is its own transaction, recorded in the ledger."""
+    Each expiry is its own transaction, recorded in the ledger; the blocked
+    dependents it leaves that can never run are cancelled in it
+    (lifecycle.dependents_cancel)."""
+    from .lifecycle import dependents_cancel, dependents_lock
+
     now = now or (now_for(agent.pk) if agent else timezone.now())
     open_statuses = [
         IntentionStatus.ACTIVE,
@@ -404,6 +408,7 @@ def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> in
             )
             if intention is None:  # finished or expired meanwhile
                 continue
+            doomed = dependents_lock(intention)  # rows before the chain head
             event = _event(
                 intention, "intention.expired", {"from": intention.status, "at": now.isoformat()}
             )
@@ -413,6 +418,8 @@ def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> in
             Intention.objects.filter(pk=intention.pk).update(
                 status=IntentionStatus.EXPIRED, updated_at=timezone.now()
             )
+            intention.status = IntentionStatus.EXPIRED
+            dependents_cancel(intention, doomed, at=now)
             count += 1
     return count
 

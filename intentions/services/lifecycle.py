@@ -4,6 +4,9 @@ Every change is a compare-and-set on the status under a row lock, recorded as
 a Transition and a ledger event. Completed one-shot and cancelled intentions
 never come back (and PostgreSQL refuses it too); a recurring intention moves
 to its next occurrence only after this one is completed or skipped.
+
+An intention that ends without ever being done takes the intentions blocked
+on it along (dependents_cancel): they could never fire.
 """
 
 from __future__ import annotations
@@ -117,8 +120,9 @@ def _check_retry_policy(policy: Any) -> None:
 
 def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
     """Make an intention. Raises InvalidInput (bad spec, times, rrule),
-    Unprocessable (unknown dependency), before writing anything. A dependency
-    intention whose dependencies are already complete fires at once."""
+    Unprocessable (unknown dependency, or one that ended undone: it would wait
+    forever), before writing anything. A dependency intention whose
+    dependencies are already complete fires at once."""
     if not isinstance(data.description, str) or not data.description.strip():
         raise InvalidInput("describe what is to be done", details={"description": ["required"]})
     if problem := json_storage_error(data.description, path="description", depth=1):
@@ -146,6 +150,7 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
         )
     with transaction.atomic():
         dependencies = _own_intentions(agent, dependency_ids)
+        _refuse_ended(dependencies)
         intention = Intention(
             agent=agent,
             thread=data.thread,
@@ -219,11 +224,24 @@ def _own_intentions(agent: Agent, ids: Sequence[uuid.UUID]) -> list[Intention]:
     return [found[i] for i in ids]
 
 
+def _refuse_ended(dependencies: Sequence[Intention]) -> None:
+    """Waiting on an intention that ended undone would be waiting forever."""
+    ended = [d for d in dependencies if d.status in ENDED_UNDONE and engine.unmet([d])]
+    if ended:
+        raise Unprocessable(
+            f"dependency {ended[0].pk} is {ended[0].status} and was never completed: "
+            "this intention could never have every dependency met",
+            code="dependency_ended",
+            details={"dependencies": [str(d.pk) for d in ended]},
+        )
+
+
 def intention_set_dependencies(
     *, agent: Agent, intention: Intention, dependencies: Sequence[uuid.UUID]
 ) -> Intention:
-    """Replace what an armed intention waits for. A cycle is refused (422); a
-    dependency trigger must keep at least one dependency."""
+    """Replace what an armed intention waits for. A cycle is refused (422), as
+    is a dependency that ended undone (cancelled or expired, never completed);
+    a dependency trigger must keep at least one dependency."""
     ids = list(dict.fromkeys(dependencies))
     with transaction.atomic():
         locked = _locked(agent, intention.pk)
@@ -237,6 +255,7 @@ def intention_set_dependencies(
                 "a dependency trigger needs dependencies", details={"dependencies": ["required"]}
             )
         targets = _own_intentions(agent, ids)
+        _refuse_ended(targets)
         if locked.pk in ids or _reaches(ids, locked.pk):
             raise Unprocessable(
                 "these dependencies would make a cycle: an intention would wait for itself",
@@ -448,21 +467,123 @@ def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Int
 
 
 def intention_cancel(*, agent: Agent, intention_id: uuid.UUID, reason: str = "") -> Intention:
-    """Cancelled intentions never fire again. Idempotent for a cancelled one."""
+    """Cancelled intentions never fire again. Idempotent for a cancelled one
+    (no event, no transition). Its blocked dependents that can now never run
+    are cancelled with it, in the same transaction (dependents_cancel)."""
     reason = _check_reason(reason)
     with transaction.atomic():
         intention = _locked(agent, intention_id)
         if intention.status == IntentionStatus.CANCELLED:
             return intention
-        _move(intention, IntentionStatus.CANCELLED, now_for(agent.pk), reason or "cancelled")
+        doomed = dependents_lock(intention)  # before the first ledger write: lock order
+        now = now_for(agent.pk)
+        _move(intention, IntentionStatus.CANCELLED, now, reason or "cancelled")
+        dependents_cancel(intention, doomed, at=now)
     return intention
 
 
 def intention_expire(*, agent: Agent, intention_id: uuid.UUID) -> Intention:
+    """Expire it now. Its blocked dependents that can now never run are
+    cancelled with it (dependents_cancel)."""
     with transaction.atomic():
         intention = _locked(agent, intention_id)
-        _move(intention, IntentionStatus.EXPIRED, now_for(agent.pk), "expired by request")
+        doomed = dependents_lock(intention)
+        now = now_for(agent.pk)
+        _move(intention, IntentionStatus.EXPIRED, now, "expired by request")
+        dependents_cancel(intention, doomed, at=now)
     return intention
+
+
+# The statuses an intention ends in without being done (intention_fail never ends
+# one: beyond its retries it stays due, for escalation).
+ENDED_UNDONE = (IntentionStatus.CANCELLED, IntentionStatus.EXPIRED)
+
+
+def dependents_lock(intention: Intention) -> list[Intention]:
+    """Lock, in pk order, every blocked intention that waits — directly or
+    through other blocked ones — on `intention`, should it end undone; return
+    them. Call it with `intention` locked and before the first ledger write:
+    the lock order everywhere is intention rows (this one, then its dependents
+    in pk order, as lock_dependents), then the ledger's chain head.
+
+    An intention that has ever been done (a recurring one completed, not
+    skipped, at least once) releases its dependents when it is completed and
+    dooms none when it ends: nothing is locked for it."""
+    if not engine.unmet([intention]):
+        return []
+    with connection.cursor() as cursor:
+        # Candidates only: dependents_cancel re-walks the links under the locks.
+        cursor.execute(
+            """
+            WITH RECURSIVE waiting(id) AS (
+                SELECT d.intention_id
+                FROM intentions_intentiondependency d
+                JOIN intentions_intention i ON i.id = d.intention_id
+                WHERE d.depends_on_id = %(root)s AND i.agent_id = %(agent)s
+                  AND i.status = 'blocked'
+              UNION
+                SELECT d.intention_id
+                FROM waiting w
+                JOIN intentions_intentiondependency d ON d.depends_on_id = w.id
+                JOIN intentions_intention i ON i.id = d.intention_id
+                WHERE i.agent_id = %(agent)s AND i.status = 'blocked'
+                  AND NOT EXISTS (
+                      SELECT 1 FROM intentions_transition t
+                      WHERE t.intention_id = w.id AND t.to_status = 'completed'
+                        AND t.reason <> 'skipped'
+                  )
+            )
+            SELECT id FROM waiting
+            """,
+            {"root": intention.pk, "agent": intention.agent_id},
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+    if not ids:
+        return []
+    return list(
+        Intention.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("agent")
+        .filter(agent_id=intention.agent_id, pk__in=ids, status=IntentionStatus.BLOCKED)
+        .order_by("pk")
+    )
+
+
+def dependents_cancel(intention: Intention, locked: Sequence[Intention], *, at: datetime) -> int:
+    """`intention` has just ended undone (cancelled or expired). Cancel each of
+    the `locked` (dependents_lock) that waits on it, or on one cancelled here,
+    and is still blocked: it could never have every dependency met. Each gets
+    the transition and `intention.cancelled` event of any cancel, with the
+    reason "dependency <id> cancelled" (or expired) naming the dependency that
+    doomed it. Returns how many were cancelled.
+
+    Dependents that are not blocked (fired, executing, finished) are left
+    alone, as are blocked ones whose chain to `intention` passes through an
+    intention that was ever done. Another agent's intentions are never
+    touched (dependencies are the agent's own)."""
+    if not locked:
+        return 0
+    by_pk = {i.pk: i for i in locked}
+    waits_on: dict[uuid.UUID, list[Intention]] = {}
+    for dependent_id, dependency_id in (
+        IntentionDependency.objects.filter(intention_id__in=by_pk)
+        .order_by("intention_id")
+        .values_list("intention_id", "depends_on_id")
+    ):
+        waits_on.setdefault(dependency_id, []).append(by_pk[dependent_id])
+    count = 0
+    ended = [(intention, intention.status)]
+    while ended:
+        dependency, how = ended.pop(0)
+        if how not in ENDED_UNDONE:
+            continue
+        for dependent in waits_on.get(dependency.pk, ()):
+            if dependent.status != IntentionStatus.BLOCKED:
+                continue  # cancelled here already, through another dependency
+            _move(dependent, IntentionStatus.CANCELLED, at, f"dependency {dependency.pk} {how}")
+            count += 1
+            if engine.unmet([dependent]):  # never done: its own dependents are doomed too
+                ended.append((dependent, IntentionStatus.CANCELLED))
+    return count
 
 
 def intention_fire(*, agent: Agent, intention_id: uuid.UUID) -> Intention:

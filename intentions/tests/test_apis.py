@@ -1915,6 +1915,43 @@ class TestDependencies:
             ["dependency"],
         )
 
+    def test_cancelling_a_dependency_cancels_its_blocked_dependent_and_says_why(self, client_a):
+        first = make_intention(client_a, description="first")
+        waiting = make_intention(
+            client_a, description="waiting", trigger_type="dependency", dependencies=[first["id"]]
+        )
+
+        act(client_a, first["id"], "cancel", {"reason": "plans changed"})
+
+        shown = ok(client_a.get(f"/api/v1/intentions/{waiting['id']}"))
+        assert shown == detail_body(waiting["id"])
+        assert (shown["status"], shown["transitions"][-1]["reason"], shown["firings"]) == (
+            "cancelled",
+            f"dependency {first['id']} cancelled",
+            [],
+        )
+        # Waiting on it from now on would be waiting forever.
+        before = intentions_state()
+        refused(
+            post(
+                client_a,
+                "/api/v1/intentions",
+                {
+                    "description": "late",
+                    "trigger_type": "dependency",
+                    "dependencies": [first["id"]],
+                },
+            ),
+            422,
+            error(
+                "dependency_ended",
+                f"dependency {first['id']} is cancelled and was never completed: "
+                "this intention could never have every dependency met",
+                {"dependencies": [first["id"]]},
+            ),
+            before,
+        )
+
     def test_a_cycle_is_refused(self, client_a):
         a = make_intention(client_a, description="a")
         b = make_intention(

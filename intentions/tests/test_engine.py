@@ -289,6 +289,52 @@ class TestExpiry:
 
         assert status_of(intention) == IntentionStatus.ACTIVE
 
+    def test_expiry_by_the_engine_cancels_the_blocked_dependents_it_dooms(self, agent):
+        first = IntentionFactory(agent=agent, expires_at=T0 + minutes(60))
+        second = IntentionFactory(agent=agent, trigger_type="dependency", dependencies=[first.pk])
+        third = IntentionFactory(agent=agent, trigger_type="manual", dependencies=[second.pk])
+        since = head_seq(agent)
+
+        at(agent, T0 + minutes(60))
+        engine.tick(agent=agent)
+
+        assert [status_of(i) for i in (first, second, third)] == [
+            "expired",
+            "cancelled",
+            "cancelled",
+        ]
+        assert event_types(agent, since) == ["intention.expired"] + ["intention.cancelled"] * 2
+        assert [timeline(i)[-1] for i in (second, third)] == [
+            ("blocked", "cancelled", 1, f"dependency {first.pk} expired"),
+            ("blocked", "cancelled", 1, f"dependency {second.pk} cancelled"),
+        ]
+        cancel = Event.objects.filter(agent=agent, seq__gt=since).order_by("seq")[1]
+        assert cancel.payload == {
+            "intention_id": str(second.pk),
+            "from": "blocked",
+            "to": "cancelled",
+            "reason": f"dependency {first.pk} expired",
+            "occurrence": 1,
+        }
+        at(agent, T0 + minutes(120))
+        engine.tick(agent=agent)
+        assert (head_seq(agent), firings(second), firings(third)) == (since + 3, [], [])
+
+    def test_expiry_by_the_engine_leaves_a_fired_dependent_alone(self, agent):
+        first = IntentionFactory(agent=agent, expires_at=T0 + minutes(60))
+        dependent = IntentionFactory(agent=agent, dependencies=[first.pk])
+        intention_fire(agent=agent, intention_id=dependent.pk)
+        before = timeline(dependent)
+
+        at(agent, T0 + minutes(60))
+        engine.tick(agent=agent)
+
+        assert (status_of(first), status_of(dependent), timeline(dependent)) == (
+            "expired",
+            "due",
+            before,
+        )
+
     def test_expiry_by_the_engine_is_in_the_ledger(self, agent):
         intention = IntentionFactory(agent=agent, expires_at=T0 + minutes(60))
         since = head_seq(agent)
@@ -590,7 +636,7 @@ class TestDependencyAndManual:
 
         assert firings(dependent) == [(1, "dependency", T0 + minutes(9))]
 
-    def test_a_cancelled_dependency_never_releases_its_dependent(self, agent):
+    def test_a_cancelled_dependency_never_releases_its_dependent_it_cancels_it(self, agent):
         first = IntentionFactory(agent=agent)
         dependent = IntentionFactory(
             agent=agent, trigger_type="dependency", dependencies=[first.pk]
@@ -599,7 +645,7 @@ class TestDependencyAndManual:
         intention_cancel(agent=agent, intention_id=first.pk)
         engine.tick(agent=agent)
 
-        assert (status_of(dependent), firings(dependent)) == ("blocked", [])
+        assert (status_of(dependent), firings(dependent)) == ("cancelled", [])
 
     def test_a_chain_fires_in_order(self, agent):
         first = IntentionFactory(agent=agent)
@@ -795,6 +841,65 @@ class TestExactlyOnceUnderConcurrency:
         assert errors(outcomes) == []
         assert fired_ids([f for o in outcomes for f in o]) == sorted(w.pk for w in watchers)
         assert_fired_exactly_once(watchers, "state")
+
+    def test_ending_dependencies_at_once_cancels_their_dependents_once(self, enqueued):
+        agent = AgentFactory()
+        roots = [IntentionFactory(agent=agent) for _ in range(3)]
+        ids = [r.pk for r in roots]
+        # Each waits on every root; a chain hangs off each (locks in two orders).
+        shared = [
+            IntentionFactory(agent=agent, trigger_type="dependency", dependencies=ids)
+            for _ in range(3)
+        ]
+        tails = [
+            IntentionFactory(agent=agent, trigger_type="dependency", dependencies=[s.pk])
+            for s in shared
+        ]
+
+        def work(i):
+            end = intention_cancel if i % 2 else intention_expire
+            try:  # a root already ended one way cannot end the other
+                return end(agent=agent, intention_id=roots[i % 3].pk).status
+            except Conflict as exc:
+                return exc.code
+
+        outcomes = race(6, work)
+
+        assert errors(outcomes) == []
+        assert set(outcomes) <= {"cancelled", "expired", "invalid_transition"}
+        doomed = [*shared, *tails]
+        assert {status_of(i) for i in doomed} == {"cancelled"}
+        assert Transition.objects.filter(intention__in=doomed, to_status="cancelled").count() == 6
+        assert (
+            Event.objects.filter(
+                event_type="intention.cancelled",
+                payload__intention_id__in=[str(i.pk) for i in doomed],
+            ).count()
+            == 6
+        )
+        assert chain_verify(agent=agent).ok
+
+    def test_a_dependency_completed_and_another_cancelled_at_once(self, enqueued):
+        agent = AgentFactory()
+        done, dropped = IntentionFactory(agent=agent), IntentionFactory(agent=agent)
+        dependents = [
+            IntentionFactory(
+                agent=agent, trigger_type="dependency", dependencies=[done.pk, dropped.pk]
+            )
+            for _ in range(4)
+        ]
+
+        def work(i):
+            if i == 0:
+                return intention_complete(agent=agent, intention_id=done.pk).status
+            return intention_cancel(agent=agent, intention_id=dropped.pk).status
+
+        outcomes = race(2, work)
+
+        assert outcomes == ["completed", "cancelled"]
+        assert {status_of(d) for d in dependents} == {"cancelled"}
+        assert Firing.objects.filter(intention__in=dependents).count() == 0
+        assert chain_verify(agent=agent).ok
 
     def test_completing_twice_at_once_fires_the_dependent_once(self, enqueued):
         agent = AgentFactory()

@@ -1136,6 +1136,266 @@ class TestDependencies:
         assert intention.status == IntentionStatus.ACTIVE
 
 
+def _waiting_on(agent, *dependencies, **fields):
+    fields.setdefault("trigger_type", "dependency")
+    return IntentionFactory(agent=agent, dependencies=[d.pk for d in dependencies], **fields)
+
+
+def _ledger_after(agent, since):
+    """(event_type, payload without the intention id, intention id) after `since`."""
+    return [
+        (
+            e.event_type,
+            {k: v for k, v in e.payload.items() if k != "intention_id"},
+            e.payload.get("intention_id"),
+        )
+        for e in Event.objects.filter(agent=agent, seq__gt=since).order_by("seq")
+    ]
+
+
+class TestDependentsOfAnIntentionThatEndsUndone:
+    """Rule: when an intention is cancelled or expires without ever having been
+    done (completed, not skipped), each blocked intention that waits on it —
+    directly, or through blocked ones cancelled here — is cancelled in the same
+    transaction, with the reason "dependency <id> <cancelled|expired>", its own
+    transition and intention.cancelled event (the shape of any cancel)."""
+
+    @pytest.mark.parametrize(
+        ("end", "how", "reason"),
+        [
+            (
+                lambda a, i: intention_cancel(agent=a, intention_id=i, reason="no need"),
+                "cancelled",
+                "no need",
+            ),
+            (
+                lambda a, i: intention_expire(agent=a, intention_id=i),
+                "expired",
+                "expired by request",
+            ),
+        ],
+        ids=["cancel", "expire"],
+    )
+    def test_a_blocked_dependent_is_cancelled_with_the_reason_and_its_own_event(
+        self, agent, end, how, reason
+    ):
+        first = IntentionFactory(agent=agent)
+        dependent = _waiting_on(agent, first)
+        since = head_seq(agent)
+
+        end(agent, first.pk)
+
+        assert status_of(dependent) == "cancelled"
+        assert timeline(dependent)[-1] == (
+            "blocked",
+            "cancelled",
+            1,
+            f"dependency {first.pk} {how}",
+        )
+        assert _ledger_after(agent, since) == [
+            (
+                f"intention.{how}",
+                {"from": "active", "to": how, "reason": reason, "occurrence": 1},
+                str(first.pk),
+            ),
+            (
+                "intention.cancelled",
+                {
+                    "from": "blocked",
+                    "to": "cancelled",
+                    "reason": f"dependency {first.pk} {how}",
+                    "occurrence": 1,
+                },
+                str(dependent.pk),
+            ),
+        ]
+        # Exactly the transition a cancel by request records, event and all.
+        transition = dependent.transitions.order_by("id").last()
+        assert transition.event.event_type == "intention.cancelled"
+        assert transition.at == T0
+        assert firings(dependent) == []
+
+    def test_the_cancel_cascades_through_a_chain(self, agent):
+        first = IntentionFactory(agent=agent)
+        second = _waiting_on(agent, first)
+        third = _waiting_on(agent, second, trigger_type="manual")
+        fourth = _waiting_on(agent, third)
+        since = head_seq(agent)
+
+        intention_cancel(agent=agent, intention_id=first.pk)
+
+        assert [status_of(i) for i in (second, third, fourth)] == ["cancelled"] * 3
+        assert [timeline(i)[-1][3] for i in (second, third, fourth)] == [
+            f"dependency {first.pk} cancelled",
+            f"dependency {second.pk} cancelled",
+            f"dependency {third.pk} cancelled",
+        ]
+        assert event_types(agent, since) == ["intention.cancelled"] * 4
+        engine.tick(agent=agent)
+        assert [firings(i) for i in (second, third, fourth)] == [[], [], []]
+
+    def test_a_dependent_whose_other_dependency_is_complete_is_still_cancelled(self, agent):
+        done, dropped = IntentionFactory(agent=agent), IntentionFactory(agent=agent)
+        dependent = _waiting_on(agent, done, dropped)
+        intention_complete(agent=agent, intention_id=done.pk)
+        assert status_of(dependent) == "blocked"
+
+        intention_cancel(agent=agent, intention_id=dropped.pk)
+
+        assert timeline(dependent)[-1] == (
+            "blocked",
+            "cancelled",
+            1,
+            f"dependency {dropped.pk} cancelled",
+        )
+
+    def test_a_dependent_waiting_on_two_that_end_is_cancelled_once(self, agent):
+        first, second = IntentionFactory(agent=agent), IntentionFactory(agent=agent)
+        dependent = _waiting_on(agent, first, second)
+
+        intention_cancel(agent=agent, intention_id=first.pk)
+        since = head_seq(agent)
+        intention_cancel(agent=agent, intention_id=second.pk)
+
+        assert [t[1] for t in timeline(dependent)] == ["blocked", "cancelled"]
+        assert event_types(agent, since) == ["intention.cancelled"]
+
+    def test_a_time_trigger_blocked_on_it_is_cancelled_too(self, agent):
+        first = IntentionFactory(agent=agent)
+        later = _waiting_on(agent, first, trigger_type="time", due_at=T0 + minutes(30))
+
+        intention_cancel(agent=agent, intention_id=first.pk)
+        at(agent, T0 + minutes(31))
+        engine.tick(agent=agent)
+
+        assert (status_of(later), firings(later)) == ("cancelled", [])
+
+    @pytest.mark.parametrize("status", ["due", "executing", "completed", "cancelled"])
+    def test_dependents_no_longer_blocked_are_left_alone(self, agent, status):
+        first = IntentionFactory(agent=agent)
+        dependent = _waiting_on(agent, first, trigger_type="manual")
+        if status == "cancelled":
+            intention_cancel(agent=agent, intention_id=dependent.pk, reason="by hand")
+        else:  # fired by hand while still waiting
+            intention_fire(agent=agent, intention_id=dependent.pk)
+        if status == "executing":
+            intention_start(agent=agent, intention_id=dependent.pk)
+        if status == "completed":
+            intention_complete(agent=agent, intention_id=dependent.pk)
+        before = timeline(dependent)
+        since = head_seq(agent)
+
+        intention_cancel(agent=agent, intention_id=first.pk)
+
+        assert (status_of(dependent), timeline(dependent)) == (status, before)
+        assert event_types(agent, since) == ["intention.cancelled"]
+
+    def test_a_fired_dependent_is_untouched(self, agent):
+        first = IntentionFactory(agent=agent)
+        dependent = _waiting_on(agent, first)
+        intention_complete(agent=agent, intention_id=first.pk)
+        assert status_of(dependent) == "due"
+        before = timeline(dependent)
+
+        # A completed one cannot be cancelled; the fired dependent stays as it is.
+        with pytest.raises(Conflict):
+            intention_cancel(agent=agent, intention_id=first.pk)
+
+        assert (status_of(dependent), timeline(dependent)) == ("due", before)
+
+    def test_a_repeated_cancel_is_a_no_op(self, agent):
+        first = IntentionFactory(agent=agent)
+        dependent = _waiting_on(agent, first)
+        intention_cancel(agent=agent, intention_id=first.pk)
+        since, before = head_seq(agent), timeline(dependent)
+
+        intention_cancel(agent=agent, intention_id=first.pk)
+        intention_cancel(agent=agent, intention_id=dependent.pk)
+
+        assert (event_types(agent, since), timeline(dependent)) == ([], before)
+
+    def test_a_recurring_dependency_done_once_dooms_nothing_when_cancelled(self, agent):
+        daily = IntentionFactory(
+            agent=agent, trigger_type="time", due_at=T0, rrule="FREQ=DAILY;COUNT=5"
+        )
+        engine.tick(agent=agent)
+        intention_complete(agent=agent, intention_id=daily.pk)
+        # Waits on the recurring one (done once: met) and on another.
+        other = IntentionFactory(agent=agent)
+        dependent = _waiting_on(agent, daily, other)
+        assert status_of(dependent) == "blocked"
+
+        intention_cancel(agent=agent, intention_id=daily.pk)
+
+        assert status_of(dependent) == "blocked"
+        intention_complete(agent=agent, intention_id=other.pk)
+        assert status_of(dependent) == "due"
+
+    def test_a_recurring_dependency_only_ever_skipped_dooms_its_dependent(self, agent):
+        daily = IntentionFactory(
+            agent=agent, trigger_type="time", due_at=T0, rrule="FREQ=DAILY;COUNT=5"
+        )
+        dependent = _waiting_on(agent, daily)
+        engine.tick(agent=agent)
+        intention_skip(agent=agent, intention_id=daily.pk)
+        # A skip is not done: the dependent keeps waiting.
+        assert status_of(dependent) == "blocked"
+
+        intention_cancel(agent=agent, intention_id=daily.pk)
+
+        assert timeline(dependent)[-1][3] == f"dependency {daily.pk} cancelled"
+
+    def test_a_chain_through_a_once_done_intention_stops_there(self, agent):
+        root = IntentionFactory(agent=agent)
+        daily = IntentionFactory(
+            agent=agent, trigger_type="time", due_at=T0, rrule="FREQ=DAILY;COUNT=5"
+        )
+        engine.tick(agent=agent)
+        intention_complete(agent=agent, intention_id=daily.pk)
+        after_daily = _waiting_on(agent, daily, trigger_type="manual")
+        intention_set_dependencies(agent=agent, intention=daily, dependencies=[root.pk])
+        assert status_of(daily) == "blocked"
+        intention_set_dependencies(agent=agent, intention=after_daily, dependencies=[daily.pk])
+
+        intention_cancel(agent=agent, intention_id=root.pk)
+
+        # daily was done once: cancelled with root, it still counts as met.
+        assert (status_of(daily), status_of(after_daily)) == ("cancelled", "active")
+
+    def test_another_agents_intentions_are_never_touched(self, agent):
+        other = sim_agent("other")
+        theirs_first = IntentionFactory(agent=other)
+        theirs = _waiting_on(other, theirs_first)
+        first = IntentionFactory(agent=agent)
+        _waiting_on(agent, first)
+        before = head_seq(other)
+
+        intention_cancel(agent=agent, intention_id=first.pk)
+
+        assert (status_of(theirs), head_seq(other)) == ("blocked", before)
+
+    @pytest.mark.parametrize("end", ["cancelled", "expired"])
+    def test_waiting_on_one_that_ended_undone_is_refused(self, agent, end):
+        ended = in_status(agent, end)
+        fine = IntentionFactory(agent=agent)
+        message = (
+            f"dependency {ended.pk} is {end} and was never completed: "
+            "this intention could never have every dependency met"
+        )
+
+        assert refused(Unprocessable, lambda: _waiting_on(agent, fine, ended)) == (
+            "dependency_ended",
+            message,
+            {"dependencies": [str(ended.pk)]},
+        )
+        assert refused(
+            Unprocessable,
+            lambda: intention_set_dependencies(
+                agent=agent, intention=fine, dependencies=[ended.pk]
+            ),
+        ) == ("dependency_ended", message, {"dependencies": [str(ended.pk)]})
+
+
 # -------------------------------------------------- the state machine, by service
 
 
