@@ -40,6 +40,7 @@ from battery.suites.prospective.judge import (
     judge_pending,
     judge_quiet,
     judge_recall,
+    judge_settled,
     summarize,
 )
 from battery.suites.working_state.judge import CORRECT, miss
@@ -73,7 +74,8 @@ def actions(spec, op: str) -> list[dict]:
 def model(spec, *, ignore: tuple[str, ...] = ()) -> dict[str, dict]:
     """Replay an item's actions step by step with the documented semantics
     (triggers.py's docstring, DESIGN §7), independently of how the draw
-    computed its checks: {ref: {"due": {step: occurrence}, "fired": [(occurrence, step)]}}.
+    computed its checks: {ref: {"due": {step: occurrence}, "fired": [(occurrence, step)],
+    "status": at the end, "reason": of its last change}}.
     `ignore` names operations a faulty service would drop (e.g. "cancel")."""
     ordered = sorted(
         enumerate(spec.data["actions"]),
@@ -88,6 +90,15 @@ def model(spec, *, ignore: tuple[str, ...] = ()) -> dict[str, dict]:
         intent = intents[ref]
         intent["status"] = "due"
         intent["fired"].append((intent["occurrence"], step))
+
+    def cancel(ref: str, reason: str) -> None:
+        """Cancelled (or its dependency was): whatever waits on it, never done, goes too."""
+        intents[ref].update(status="cancelled", reason=reason)
+        if intents[ref]["done_once"]:
+            return
+        for other, intent in intents.items():
+            if intent["status"] == "blocked" and ref in intent["deps"]:
+                cancel(other, f"dependency {ref} cancelled")
 
     def release(step: int) -> None:
         for ref, intent in intents.items():
@@ -129,6 +140,8 @@ def model(spec, *, ignore: tuple[str, ...] = ()) -> dict[str, dict]:
                     "armed": sequence,
                     "fired": [],
                     "history": {},
+                    "done_once": False,
+                    "reason": "created",
                 }
                 if deps and all(intents[d]["status"] == "completed" for d in deps):
                     fire(action["ref"], step)
@@ -144,9 +157,10 @@ def model(spec, *, ignore: tuple[str, ...] = ()) -> dict[str, dict]:
                 else:
                     intent["status"] = "completed"
                 if op == "complete":
+                    intent["done_once"] = True
                     release(step)
             elif op == "cancel":
-                intents[action["ref"]]["status"] = "cancelled"
+                cancel(action["ref"], "cancelled")
             elif op == "event":
                 events.append((sequence, action["event"]))
             elif op == "fact":
@@ -170,7 +184,15 @@ def model(spec, *, ignore: tuple[str, ...] = ()) -> dict[str, dict]:
         for intent in intents.values():
             if intent["status"] == "due":
                 intent["history"][step] = intent["occurrence"]
-    return {ref: {"due": i["history"], "fired": i["fired"]} for ref, i in intents.items()}
+    return {
+        ref: {
+            "due": i["history"],
+            "fired": i["fired"],
+            "status": i["status"],
+            "reason": i["reason"],
+        }
+        for ref, i in intents.items()
+    }
 
 
 def model_verdict(check: dict, replay: dict) -> bool:
@@ -188,6 +210,12 @@ def model_verdict(check: dict, replay: dict) -> bool:
         )
     if q == "once":
         return sorted(o for o, _ in seen["fired"]) == sorted(check["occurrences"])
+    if q == "settled":
+        return (seen["fired"], seen["status"], seen["reason"]) == (
+            [],
+            "cancelled",
+            f"dependency {check['dependency']} cancelled",
+        )
     raise ValueError(q)
 
 
@@ -245,7 +273,14 @@ def test_a_run_draws_300_items_of_all_seven_kinds_and_counts_what_it_plans(seed)
         for c in checks(s, "zombie")
         for a in s.data["actions"]
         if a["op"] in ("complete", "skip") and (a["ref"], a["step"]) == (c["ref"], c["step"])
+    ) + sum(
+        1
+        for s in specs
+        for c in checks(s, "settled")
+        if s.metrics["variant"] == "cancelled_dependency"
+        and any(a["op"] == "cancel" and a["ref"] == c["dependency"] for a in s.data["actions"])
     )
+    assert {s.metrics["variant"] for s in specs if checks(s, "settled")} == {"cancelled_dependency"}
     by_kind = Counter()
     for spec in specs:
         for metric in ("handover", "handover_fire"):
@@ -483,6 +518,31 @@ def test_cancelled_and_completed_ones_are_never_due_nor_fired_again():
     )
     unread = miss(F.R0, "no ledger")
     assert judge_after("x", 3, due, unread, what="cancelled") == unread
+
+
+def test_a_dependent_of_a_cancelled_one_ends_cancelled_naming_it_never_fired():
+    def answer(status, reason):
+        return {"status": status, "transitions": [{"reason": "created"}, {"reason": reason}]}
+
+    settled = answer("cancelled", "dependency d1 cancelled")
+    assert judge_settled("x", "d1", settled, 200, {}) == CORRECT
+    assert judge_settled("x", "d1", answer("blocked", "created"), 200, {}) == miss(
+        F.P1,
+        "its dependency was cancelled, but it is 'blocked' at the end: a zombie that can never fire",
+    )
+    assert judge_settled("x", "d1", answer("cancelled", "cancelled"), 200, {}) == miss(
+        F.P1, "cancelled with the reason 'cancelled', not 'dependency d1 cancelled'"
+    )
+    assert judge_settled("x", "d1", settled, 200, {"x": [(1, STEPS[4])]}) == miss(
+        F.P1,
+        f"its dependency was cancelled, but the ledger records it fired (occurrence 1) at "
+        f"{iso(STEPS[4])}",
+    )
+    assert judge_settled("x", "d1", None, 404, {}) == miss(
+        F.R0, "GET /intentions/{id} answered HTTP 404"
+    )
+    unread = miss(F.R0, "no ledger")
+    assert judge_settled("x", "d1", settled, 200, unread) == unread
 
 
 def test_each_occurrence_fires_once_and_only_the_expected_ones():
@@ -787,6 +847,24 @@ class InheritsNothing(Faulty):
         return response
 
 
+class LeavesDependentsBlocked(Faulty):
+    """Shows a dependent cancelled with its dependency as the service did before:
+    still blocked, its last transition not there."""
+
+    def request(self, method, path, *, body=None, headers=None):
+        response = super().request(method, path, body=body, headers=headers)
+        if method == "GET" and DETAIL.match(path) and response.status == 200:
+            transitions = response.body["transitions"]
+            if response.body["status"] == "cancelled" and transitions[-1]["reason"].startswith(
+                "dependency "
+            ):
+                return dataclasses.replace(
+                    response,
+                    body={**response.body, "status": "blocked", "transitions": transitions[:-1]},
+                )
+        return response
+
+
 def first_miss(result) -> tuple[str, str]:
     return result.failure_code, result.detail.split(" (and ")[0]
 
@@ -904,6 +982,24 @@ def test_a_completion_that_does_not_take_leaves_a_zombie_P1(db):
             f"but due again at step {step} ({iso(STEPS[step])})",
         )
     assert summarize(outcomes).metrics["zombie_rate"] == 1.0
+
+
+def test_a_dependent_left_blocked_by_a_cancelled_dependency_is_a_zombie_P1(db):
+    specs, outcomes = run_small(LeavesDependentsBlocked(InProcessTransport()), seed=4, e4=12)
+    settled = [(s, o) for s, o in zip(specs, outcomes, strict=True) if checks(s, "settled")]
+    assert settled
+    for spec, result in zip(specs, outcomes, strict=True):
+        if not checks(spec, "settled"):
+            assert result.passed, (spec.key, result.detail)
+            continue
+        assert first_miss(result) == (
+            "P1",
+            "x cancelled with "
+            f"{checks(spec, 'settled')[0]['dependency']}, not left blocked: its dependency was "
+            "cancelled, but it is 'blocked' at the end: a zombie that can never fire",
+        )
+    zombies = summarize(outcomes).metrics["zombie_rate"]
+    assert zombies > 0
 
 
 def test_a_ledger_that_records_a_firing_twice_is_P1(db):

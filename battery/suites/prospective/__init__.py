@@ -3,7 +3,8 @@ intentions API as an agent would, on the agent's simulated clock.
 
 A seeded draw (draw.py) makes 300 items of seven kinds: E1 time triggers
 (on time, not premature, not missed), E2 event triggers among distractors,
-E3 state triggers over facts, E4 dependency order, E5 intentions surviving
+E3 state triggers over facts, E4 dependency order (a dependent of a cancelled
+intention cancelled with it, not left blocked), E5 intentions surviving
 a thread's handover, E6 cancellation, E7 completion deactivation (no
 zombies; recurring ones move on). One throwaway agent of its own holds the
 world of all of them. `prepare` walks the timeline: at each step it sets the
@@ -39,6 +40,7 @@ from .judge import (
     judge_pending,
     judge_quiet,
     judge_recall,
+    judge_settled,
     summarize,
 )
 
@@ -268,6 +270,8 @@ def _label(check: dict[str, Any]) -> str:
         return f"{check['ref']} completed{where}"
     if q == "once":
         return f"{check['ref']} fired once per occurrence"
+    if q == "settled":
+        return f"{check['ref']} cancelled with {check['dependency']}, not left blocked"
     if q == "order":
         return "resume lists due and overdue first"
     return f"{check['ref']} {q}"
@@ -294,6 +298,10 @@ def _judge(world: World, key: str, check: dict[str, Any]) -> Verdict:
         return judge_after(intention_id, check["step"], world.due, world.firings, what=what)
     if q == "once":
         return judge_once(intention_id, check["occurrences"], world.firings)
+    if q == "settled":
+        answer = world.api.intention(intention_id)
+        dependency_id = world.ids[(key, check["dependency"])]
+        return judge_settled(intention_id, dependency_id, answer.body, answer.status, world.firings)
     if q in ("listed", "unlisted"):
         package = world.resumed[(key, check["thread"])]
         return judge_listed(intention_id, package, listed=q == "listed")

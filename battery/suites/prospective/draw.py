@@ -20,6 +20,8 @@ An item's `data`:
   - `quiet`: `ref` is not due at `step` (`why` names the temptation);
   - `suppressed`: cancelled at `step`, never due again nor fired after;
   - `zombie`: completed at `step`, never due again nor fired after;
+  - `settled` (metric zombie): `ref`, blocked on `dependency` when that was
+    cancelled, never fired and ended cancelled, naming it — not left blocked;
   - `once`: the ledger records each occurrence of `ref` fired at most once,
     and only the `occurrences` listed;
   - `handover` (E5): the resume lists the thread's open intentions (`listed`)
@@ -721,8 +723,9 @@ def _dependent_body(rng: random.Random, token: str, what: str) -> dict[str, Any]
 
 def e4_dependency(draw: Draw, count: int) -> list[ItemSpec]:
     """Dependency triggers fire only once every dependency has completed (a
-    dependency that fired is not done; a cancelled one never is), and chains
-    fire link by link, in order."""
+    dependency that fired is not done; a cancelled one never is: its blocked
+    dependent is cancelled with it, not left blocked), and chains fire link by
+    link, in order."""
     return [_e4_item(draw, number) for number in range(1, count + 1)]
 
 
@@ -771,6 +774,7 @@ def _e4_item(draw: Draw, number: int) -> ItemSpec:
     if cancelled is not None:
         plan.quiet("x", done_steps[-1], f"every dependency done but {cancelled}, cancelled")
         plan.quiet("x", LAST, f"{cancelled} was cancelled, never completed")
+        plan.check("settled", "zombie", ref="x", dependency=cancelled)
         title = f"E4 dependency: {count} prerequisites, one cancelled: never fires"
     else:
         fires = made if variant == "made_after" else done_steps[-1]

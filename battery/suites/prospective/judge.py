@@ -6,6 +6,9 @@ after each tick and what the ledger recorded as fired.
 * quiet: not due at its step, else P1 (fired early or on a distractor);
 * suppressed / zombie: a cancelled / completed intention is never due again
   from its step on and the ledger records no firing of it from then, else P1;
+* settled (zombie): a dependent whose dependency was cancelled never fired
+  and ended cancelled with a reason naming that dependency — left blocked (it
+  could never fire) or fired, P1;
 * once: no occurrence fired twice in the ledger, none that should not, else P1;
 * handover (E5): not listed on resume, out of order, not pending: A0; a
   finished one listed: R3; not inherited by the successor: R0.
@@ -101,6 +104,39 @@ def judge_after(
     return CORRECT
 
 
+def judge_settled(
+    intention_id: str, dependency_id: str, answer: Any, status: int, firings: Firings | Verdict
+) -> Verdict:
+    """The intention waited on `dependency_id`, which was cancelled: it never
+    fired, and it is cancelled (not left blocked), its last transition naming
+    the dependency."""
+    if isinstance(firings, Verdict):
+        return firings
+    fired = firings.get(intention_id, ())
+    if fired:
+        occurrence, when = fired[0]
+        return miss(
+            F.P1,
+            f"its dependency was cancelled, but the ledger records it fired (occurrence "
+            f"{occurrence}){f' at {iso(when)}' if when else ''}",
+        )
+    if status != 200 or not isinstance(answer, dict):
+        return miss(F.R0, f"GET /intentions/{{id}} answered HTTP {status}")
+    transitions = answer.get("transitions")
+    last = transitions[-1] if isinstance(transitions, list) and transitions else {}
+    reason = last.get("reason") if isinstance(last, dict) else None
+    expected = f"dependency {dependency_id} cancelled"
+    if answer.get("status") != "cancelled":
+        return miss(
+            F.P1,
+            f"its dependency was cancelled, but it is {answer.get('status')!r} at the end: "
+            "a zombie that can never fire",
+        )
+    if reason != expected:
+        return miss(F.P1, f"cancelled with the reason {reason!r}, not {expected!r}")
+    return CORRECT
+
+
 def judge_once(
     intention_id: str, occurrences: Sequence[int], firings: Firings | Verdict
 ) -> Verdict:
@@ -184,7 +220,8 @@ def summarize(outcomes: Sequence[ItemOutcome]) -> SuiteSummary:
     """trigger_recall: cues that fired at their tick; false_fire_rate: quiet and
     exactly-once checks that failed; cancelled_intention_suppression: cancelled
     intentions never seen due or fired again; zombie_rate: completed ones that
-    were; handover_retention: E5's handover checks and firings after it."""
+    were, and dependents of a cancelled intention left blocked or fired;
+    handover_retention: E5's handover checks and firings after it."""
     planned, correct = counted(outcomes)
     metrics: dict[str, float] = {}
 
