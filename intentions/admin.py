@@ -532,6 +532,7 @@ class OutboxMessageAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "status",
         "attempts",
         "next_attempt_at",
+        "claimed_until",
         "delivered_at",
         "last_error",
         "body",

@@ -388,8 +388,16 @@ class OutboxMessage(models.Model):
     firing = models.OneToOneField(Firing, on_delete=models.CASCADE, related_name="outbox")
     payload = models.JSONField()
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    attempts = models.PositiveSmallIntegerField(default=0)
+    attempts = models.PositiveSmallIntegerField(
+        default=0, help_text="Deliveries started (claimed), whatever their outcome."
+    )
     next_attempt_at = models.DateTimeField(db_default=Now())
+    claimed_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A delivery is in flight until then; after it, the claim has lapsed "
+        "(its worker died) and the message is tried again.",
+    )
     last_error = models.TextField(blank=True, default="")
     delivered_at = models.DateTimeField(null=True, blank=True)
 

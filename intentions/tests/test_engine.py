@@ -16,7 +16,6 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.db import connection, transaction
@@ -59,6 +58,7 @@ from intentions.tests.factories import (
     status_of,
     timeline,
 )
+from intentions.tests.receiver import running_receiver
 from ledger.models import Event
 from ledger.selectors import chain_verify
 from ledger.services import event_append
@@ -1124,40 +1124,10 @@ class TestRehearsal:
 # ---------------------------------------------------------------------- webhook
 
 
-class Receiver(ThreadingHTTPServer):
-    """A tiny local HTTP endpoint: records each POST and answers with the next status."""
-
-    def __init__(self):
-        self.received: list[tuple[dict, bytes]] = []
-        self.statuses: list[int] = []
-
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.received.append((dict(self.headers), body))
-                self.send_response(receiver.statuses.pop(0) if receiver.statuses else 200)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/hook"
-
-
 @pytest.fixture
 def receiver():
-    server = Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with running_receiver() as server:
+        yield server
 
 
 @pytest.fixture
@@ -1294,6 +1264,127 @@ class TestWebhookOutbox:
             "no active webhook",
             [],
         )
+
+
+class TestDeliveryLease:
+    """A delivery claims its message for LEASE_SECONDS, posts outside any
+    transaction, then records its outcome only if the claim is still the latest."""
+
+    def test_a_delivery_whose_worker_died_mid_call_is_retried_after_the_lease(
+        self, hooked, receiver, monkeypatch
+    ):
+        monkeypatch.setattr(outbox, "LEASE_SECONDS", 0.5)
+        message = _fired_message(hooked)
+        lost = outbox._claim(message.pk)  # claimed, then the worker died: no outcome
+
+        message.refresh_from_db()
+        assert (message.status, message.attempts, lost.attempt) == ("pending", 1, 1)
+        assert outbox.deliver(message_id=message.pk) == "skipped"  # the claim is live
+        assert outbox.deliver_due() == 0
+        time.sleep(0.6)
+        assert outbox.deliver_due() == 1
+
+        message.refresh_from_db()
+        assert (message.status, message.attempts, message.claimed_until) == ("delivered", 2, None)
+        [(headers, body)] = receiver.received
+        assert headers["X-Piper-Delivery"] == str(message.firing_id)
+        assert json.loads(body) == message.payload
+
+    def test_the_late_outcome_of_a_lapsed_claim_is_not_recorded(
+        self, hooked, receiver, monkeypatch
+    ):
+        monkeypatch.setattr(outbox, "LEASE_SECONDS", 0.2)
+        message = _fired_message(hooked)
+        slow = outbox._claim(message.pk)
+        time.sleep(0.3)
+        receiver.statuses = [500]
+        assert outbox.deliver(message_id=message.pk) == "pending"  # attempt 2 took it over
+
+        assert outbox._record(slow, ok=True, error="") == "superseded"
+
+        message.refresh_from_db()
+        assert (message.status, message.attempts, message.last_error) == ("pending", 2, "HTTP 500")
+        assert message.delivered_at is None
+
+    def test_a_last_attempt_lost_mid_call_gives_up_after_its_lease(
+        self, hooked, receiver, monkeypatch
+    ):
+        message = _fired_message(hooked)
+        OutboxMessage.objects.filter(pk=message.pk).update(attempts=outbox.MAX_ATTEMPTS - 1)
+        monkeypatch.setattr(outbox, "LEASE_SECONDS", 0.2)
+        outbox._claim(message.pk)
+        time.sleep(0.3)
+
+        assert outbox.deliver_due() == 1
+
+        message.refresh_from_db()
+        assert (message.status, message.attempts, message.last_error) == (
+            "failed",
+            8,
+            "no outcome recorded for attempt 8 of 8",
+        )
+        assert receiver.received == []
+
+    def test_a_webhook_removed_during_the_call_stays_given_up(self, hooked, receiver):
+        message = _fired_message(hooked)
+        claim = outbox._claim(message.pk)
+        outbox.webhook_delete(agent=hooked)
+
+        assert outbox._record(claim, ok=False, error="HTTP 500") == "superseded"
+
+        message.refresh_from_db()
+        assert (message.status, message.last_error, message.claimed_until) == (
+            "failed",
+            "webhook removed",
+            None,
+        )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slow_receiver_holds_no_lock_or_transaction_during_the_call(receiver, enqueued):
+    agent = AgentFactory()
+    Webhook.objects.create(agent=agent, url=receiver.url, secret="x")
+    message = _fired_message(agent)
+    receiver.hang = 1
+    backend = {}
+
+    @in_thread
+    def deliver():
+        connection.ensure_connection()
+        backend["pid"] = connection.connection.info.backend_pid
+        return outbox.deliver(message_id=message.pk)
+
+    with ThreadPoolExecutor(1) as pool:
+        delivery = pool.submit(deliver)
+        assert receiver.arrived.wait(timeout=30)
+        try:
+            # The POST is in flight. The delivering connection is not in a transaction:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT state FROM pg_stat_activity WHERE pid = %s", [backend["pid"]]
+                )
+                assert cursor.fetchone() == ("idle",)
+            # another transaction locks the row at once and changes it;
+            with transaction.atomic():
+                row = OutboxMessage.objects.select_for_update(nowait=True).get(pk=message.pk)
+                assert (row.status, row.attempts) == ("pending", 1)
+                assert row.claimed_until > timezone.now()
+                OutboxMessage.objects.filter(pk=message.pk).update(last_error="looked at")
+            # and another delivery leaves the claimed message alone.
+            assert outbox.deliver(message_id=message.pk) == "skipped"
+            assert outbox.deliver_due() == 0
+        finally:
+            receiver.release.set()
+        assert delivery.result(timeout=30) == "delivered"
+
+    message.refresh_from_db()
+    assert (message.status, message.attempts, message.claimed_until, message.last_error) == (
+        "delivered",
+        1,
+        None,
+        "",
+    )
+    assert len(receiver.received) == 1
 
 
 @pytest.mark.django_db(transaction=True)

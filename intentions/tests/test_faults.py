@@ -20,8 +20,10 @@ from django.utils import timezone
 
 from facts.tests.factories import claim
 from intentions import tasks
-from intentions.models import Firing, Intention, Transition
+from intentions.models import Firing, Intention, OutboxMessage, Transition, Webhook
+from intentions.services.lifecycle import intention_fire
 from intentions.tests.factories import IntentionFactory
+from intentions.tests.receiver import running_receiver
 from ledger.models import Event
 from ledger.selectors import chain_verify
 from ledger.services import event_append
@@ -246,3 +248,48 @@ def test_two_beats_at_once_never_double_fire(fault):
 
     assert succeeded(worker, "intentions.engine_cycle") >= 4
     assert_each_fired_exactly_once(everything)
+
+
+def test_a_worker_killed_mid_delivery_the_message_is_delivered_after_the_lease(fault, monkeypatch):
+    monkeypatch.setattr(
+        tasks.deliver_outbox_message,
+        "delay",
+        lambda *args: fault.send("intentions.deliver_outbox_message", *args),
+    )
+    agent = AgentFactory()
+    with running_receiver() as receiver:
+        receiver.hang = 1  # the first POST never gets its answer: the worker dies waiting
+        Webhook.objects.create(agent=agent, url=receiver.url, secret="s3cret")
+        intention = IntentionFactory(agent=agent)
+        first = fault.worker()
+        intention_fire(agent=agent, intention_id=intention.pk)  # queues the delivery on commit
+        message = OutboxMessage.objects.get(firing__intention=intention)
+
+        wait_for(receiver.arrived.is_set, 30, "the first POST", [first])
+        first.kill()
+
+        message.refresh_from_db()
+        assert (message.status, message.attempts) == ("pending", 1)
+        assert message.claimed_until > timezone.now()
+        # The lease (60 s) runs out; not waited for here.
+        OutboxMessage.objects.filter(pk=message.pk).update(
+            claimed_until=timezone.now() - timedelta(seconds=1)
+        )
+        second = fault.worker()
+        fault.send("intentions.retry_outbox")  # the beat's retry
+        wait_for(
+            lambda: OutboxMessage.objects.get(pk=message.pk).status == "delivered",
+            30,
+            "the redelivery",
+            [second],
+        )
+
+    message.refresh_from_db()
+    assert (message.attempts, message.claimed_until, message.last_error) == (2, None, "")
+    # At least once, and the receiver can tell: the same delivery id, body and signature.
+    (headers1, body1), (headers2, body2) = receiver.received
+    assert body1 == body2
+    assert json.loads(body1) == message.payload
+    for name in ("X-Piper-Delivery", "X-Piper-Signature"):
+        assert headers1[name] == headers2[name]
+    assert headers1["X-Piper-Delivery"] == str(message.firing_id)
