@@ -122,7 +122,13 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
     """Make an intention. Raises InvalidInput (bad spec, times, rrule),
     Unprocessable (unknown dependency, or one that ended undone: it would wait
     forever), before writing anything. A dependency intention whose
-    dependencies are already complete fires at once."""
+    dependencies are already complete fires at once.
+
+    The dependencies are locked (FOR SHARE) before their status is read, so a
+    concurrent cancel, expiry or completion of one is either seen here (422
+    `dependency_ended`, or not blocked) or waits for this commit and then
+    sees the new intention among its dependents: it never stays blocked on a
+    dependency that ended, nor misses a release."""
     if not isinstance(data.description, str) or not data.description.strip():
         raise InvalidInput("describe what is to be done", details={"description": ["required"]})
     if problem := json_storage_error(data.description, path="description", depth=1):
@@ -149,6 +155,7 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
             "a dependency trigger needs dependencies", details={"dependencies": ["required"]}
         )
     with transaction.atomic():
+        _lock_dependencies(agent, dependency_ids)
         dependencies = _own_intentions(agent, dependency_ids)
         _refuse_ended(dependencies)
         intention = Intention(
@@ -212,6 +219,49 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
     return intention
 
 
+def _lock_dependencies(agent: Agent, ids: Sequence[uuid.UUID]) -> None:
+    """Lock these intentions FOR SHARE: a cancel, expiry or completion of one
+    (FOR NO KEY UPDATE) waits for this transaction, and this one for theirs.
+
+    In the lock order of the cascades (dependents_lock, lock_dependents): an
+    intention before the ones that wait on it. So among `ids` one that another
+    of them (transitively) waits on is locked first; the rest in pk order."""
+    if not ids:
+        return
+    order = sorted(ids)
+    if len(ids) > 1:
+        with connection.cursor() as cursor:
+            # How many of `ids` each one waits on, directly or not: an intention
+            # waits on fewer of them than anything waiting on it.
+            cursor.execute(
+                """
+                WITH RECURSIVE up(start, id) AS (
+                    SELECT d.intention_id, d.depends_on_id
+                    FROM intentions_intentiondependency d WHERE d.intention_id = ANY(%(ids)s)
+                  UNION
+                    SELECT u.start, d.depends_on_id
+                    FROM up u JOIN intentions_intentiondependency d ON d.intention_id = u.id
+                )
+                SELECT start, count(*) FROM up WHERE id = ANY(%(ids)s) GROUP BY start
+                """,
+                {"ids": order},
+            )
+            above = dict(cursor.fetchall())
+        order.sort(key=lambda pk: (above.get(pk, 0), pk))
+    with connection.cursor() as cursor:
+        # Rows are locked as the sort hands them out: in `order`. Django's
+        # select_for_update has no FOR SHARE (two creations may share one).
+        cursor.execute(
+            """
+            SELECT id FROM intentions_intention
+            WHERE agent_id = %s AND id = ANY(%s)
+            ORDER BY array_position(%s::uuid[], id)
+            FOR SHARE
+            """,
+            [agent.pk, order, order],
+        )
+
+
 def _own_intentions(agent: Agent, ids: Sequence[uuid.UUID]) -> list[Intention]:
     found = {i.pk: i for i in Intention.objects.filter(agent=agent, pk__in=ids)}
     missing = [str(i) for i in ids if i not in found]
@@ -241,9 +291,13 @@ def intention_set_dependencies(
 ) -> Intention:
     """Replace what an armed intention waits for. A cycle is refused (422), as
     is a dependency that ended undone (cancelled or expired, never completed);
-    a dependency trigger must keep at least one dependency."""
+    a dependency trigger must keep at least one dependency. The new
+    dependencies are locked as in intention_create, so one ending or completing
+    meanwhile is seen here or sees the new links."""
     ids = list(dict.fromkeys(dependencies))
     with transaction.atomic():
+        # The new dependencies before the intention: their cascades lock them first too.
+        _lock_dependencies(agent, ids)
         locked = _locked(agent, intention.pk)
         if locked.status not in (IntentionStatus.ACTIVE, IntentionStatus.BLOCKED):
             raise Conflict(

@@ -27,6 +27,7 @@ from intentions.models import (
     EventCursor,
     Firing,
     Intention,
+    IntentionDependency,
     IntentionStatus,
     OutboxMessage,
     PendingItem,
@@ -39,6 +40,7 @@ from intentions.services.lifecycle import (
     intention_complete,
     intention_expire,
     intention_fire,
+    intention_set_dependencies,
     intention_skip,
 )
 from intentions.services.state import pending_clear
@@ -62,7 +64,7 @@ from intentions.tests.receiver import running_receiver
 from ledger.models import Event
 from ledger.selectors import chain_verify
 from ledger.services import event_append
-from piper.errors import Conflict, NotFound
+from piper.errors import Conflict, NotFound, Unprocessable
 from piper.tenancy.tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
@@ -994,6 +996,226 @@ class TestLockOrder:
             outcomes = [f.result() for f in outcomes]
 
         assert outcomes == [None, None]
+
+
+def backend_pid() -> int:
+    connection.ensure_connection()
+    return connection.connection.info.backend_pid
+
+
+class InThread:
+    """`work()` in a thread with its own connection; with `hold`, inside a
+    transaction kept open (after `work` returns or raises) until release()."""
+
+    def __init__(self, work, *, hold: bool = False):
+        self.pid: int | None = None
+        self.done = threading.Event()
+        self._go = threading.Event()
+        self._hold = hold
+        self._work = work
+        self._pool = ThreadPoolExecutor(1)
+        self.future = self._pool.submit(in_thread(self._run))
+        started = time.monotonic()
+        while self.pid is None and time.monotonic() - started < 10:
+            time.sleep(0.01)
+
+    def _run(self):
+        self.pid = backend_pid()
+        try:
+            with transaction.atomic():
+                try:
+                    result = self._work()
+                finally:
+                    self.done.set()
+                if self._hold:
+                    self._go.wait(timeout=60)
+            return result
+        except Exception as exc:
+            return exc
+
+    def waits_for_a_lock(self, timeout: float = 10) -> None:
+        """Return once this thread's statement waits on a lock; fail if it finishes instead."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [self.pid]
+                )
+                if cursor.fetchone() == ("Lock",):
+                    return
+            if self.done.is_set():
+                raise AssertionError(f"finished without waiting for a lock: {self.future}")
+            if time.monotonic() > deadline:
+                raise AssertionError("never waited for a lock")
+            time.sleep(0.01)
+
+    def result(self):
+        self._go.set()
+        try:
+            return self.future.result(timeout=60)
+        finally:
+            self._pool.shutdown()
+
+
+def blocked_on_ended(agent) -> list:
+    """Blocked intentions with a dependency that ended undone: they would wait forever."""
+    return sorted(
+        IntentionDependency.objects.filter(
+            intention__agent=agent,
+            intention__status=IntentionStatus.BLOCKED,
+            depends_on__status__in=[IntentionStatus.CANCELLED, IntentionStatus.EXPIRED],
+        ).values_list("intention_id", flat=True)
+    )
+
+
+def dependent_of(agent, *dependencies):
+    return lambda: IntentionFactory(
+        agent=agent, trigger_type="dependency", dependencies=[d.pk for d in dependencies]
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+class TestCreatingADependentWhileItsDependencyEnds:
+    """intention_create locks the dependencies before reading their status; the
+    cascades of cancel, expiry and completion lock them before reading the dependents."""
+
+    @pytest.mark.parametrize("end", [intention_cancel, intention_expire])
+    def test_ended_first_the_creation_waits_and_is_refused(self, enqueued, end):
+        agent = AgentFactory()
+        first = IntentionFactory(agent=agent)
+        ending = InThread(lambda: end(agent=agent, intention_id=first.pk), hold=True)
+        assert ending.done.wait(timeout=10)
+
+        creating = InThread(dependent_of(agent, first))
+        creating.waits_for_a_lock()  # rather than read past the uncommitted end
+        assert ending.result().status in ("cancelled", "expired")
+        refused = creating.result()
+
+        assert isinstance(refused, Unprocessable), refused
+        assert refused.code == "dependency_ended"
+        assert list(Intention.objects.filter(agent=agent).values_list("pk", flat=True)) == [
+            first.pk
+        ]
+
+    @pytest.mark.parametrize("end", [intention_cancel, intention_expire])
+    def test_created_first_the_end_waits_and_cancels_the_new_dependent(self, enqueued, end):
+        agent = AgentFactory()
+        first = IntentionFactory(agent=agent)
+        creating = InThread(dependent_of(agent, first), hold=True)
+        assert creating.done.wait(timeout=10)
+
+        ending = InThread(lambda: end(agent=agent, intention_id=first.pk))
+        ending.waits_for_a_lock()  # else its cascade misses the uncommitted dependent
+        dependent = creating.result()
+        how = ending.result().status
+
+        assert dependent.status == "blocked"
+        assert timeline(dependent) == [
+            ("", "blocked", 1, "created"),
+            ("blocked", "cancelled", 1, f"dependency {first.pk} {how}"),
+        ]
+        assert blocked_on_ended(agent) == []
+        assert chain_verify(agent=agent).ok
+
+    def test_completed_first_the_creation_waits_and_finds_it_done(self, enqueued):
+        agent = AgentFactory()
+        first = IntentionFactory(agent=agent)
+        completing = InThread(
+            lambda: intention_complete(agent=agent, intention_id=first.pk), hold=True
+        )
+        assert completing.done.wait(timeout=10)
+
+        # A manual intention waiting on it: its status is decided once, at creation.
+        creating = InThread(lambda: IntentionFactory(agent=agent, dependencies=[first.pk]))
+        creating.waits_for_a_lock()
+        assert completing.result().status == "completed"
+        dependent = creating.result()
+
+        assert (dependent.status, status_of(dependent)) == ("active", "active")
+        assert timeline(dependent) == [("", "active", 1, "created")]
+
+    def test_created_first_a_completion_waits_and_releases_the_new_dependent(self, enqueued):
+        agent = AgentFactory()
+        first = IntentionFactory(agent=agent)
+        creating = InThread(dependent_of(agent, first), hold=True)
+        assert creating.done.wait(timeout=10)
+
+        completing = InThread(lambda: intention_complete(agent=agent, intention_id=first.pk))
+        completing.waits_for_a_lock()
+        dependent = creating.result()
+        assert completing.result().status == "completed"
+
+        assert (dependent.status, status_of(dependent)) == ("blocked", "due")
+        [(occurrence, cause, _)] = firings(dependent)
+        assert (occurrence, cause) == (1, "dependency")
+
+    def test_ended_first_new_dependencies_of_an_intention_are_refused(self, enqueued):
+        agent = AgentFactory()
+        first, waiting = IntentionFactory(agent=agent), IntentionFactory(agent=agent)
+        ending = InThread(lambda: intention_cancel(agent=agent, intention_id=first.pk), hold=True)
+        assert ending.done.wait(timeout=10)
+
+        setting = InThread(
+            lambda: intention_set_dependencies(
+                agent=agent, intention=waiting, dependencies=[first.pk]
+            )
+        )
+        setting.waits_for_a_lock()
+        assert ending.result().status == "cancelled"
+        refused = setting.result()
+
+        assert isinstance(refused, Unprocessable), refused
+        assert refused.code == "dependency_ended"
+        assert (status_of(waiting), blocked_on_ended(agent)) == ("active", [])
+
+    def test_dependencies_are_locked_before_the_ones_waiting_on_them(self, enqueued):
+        # `later` waits on `earlier`, yet has the smaller pk: pk order alone
+        # would lock `later` first, against the cascade's order (earlier, then
+        # its dependents), and deadlock with the cancel below.
+        agent = AgentFactory()
+        later = IntentionFactory(agent=agent)
+        earlier = IntentionFactory(agent=agent)
+        intention_set_dependencies(agent=agent, intention=later, dependencies=[earlier.pk])
+        assert later.pk < earlier.pk and status_of(later) == "blocked"
+        holder = InThread(
+            lambda: Intention.objects.select_for_update().get(pk=earlier.pk), hold=True
+        )
+        assert holder.done.wait(timeout=10)
+        cancelling = InThread(lambda: intention_cancel(agent=agent, intention_id=earlier.pk))
+        cancelling.waits_for_a_lock()
+        creating = InThread(dependent_of(agent, later, earlier))
+        creating.waits_for_a_lock()
+
+        holder.result()
+        cancelled, created = cancelling.result(), creating.result()
+
+        assert getattr(cancelled, "status", cancelled) == "cancelled"
+        assert isinstance(created, Unprocessable), created  # not a deadlock victim
+        assert created.code == "dependency_ended"
+        assert status_of(later) == "cancelled"
+        assert blocked_on_ended(agent) == []
+
+    def test_racing_creations_and_cancels_never_leave_one_blocked_on_an_ended_one(self, enqueued):
+        agent = AgentFactory()
+        for _ in range(12):
+            first = IntentionFactory(agent=agent)
+
+            def work(i, first=first):
+                if i == 0:
+                    return intention_cancel(agent=agent, intention_id=first.pk).status
+                try:
+                    return dependent_of(agent, first)().status
+                except Unprocessable as exc:
+                    return exc.code
+
+            outcomes = race(3, work)
+
+            assert errors(outcomes) == []
+            assert outcomes[0] == "cancelled"
+            assert set(outcomes[1:]) <= {"blocked", "dependency_ended"}
+        assert blocked_on_ended(agent) == []
+        assert not Intention.objects.filter(agent=agent, status="blocked").exists()
+        assert chain_verify(agent=agent).ok
 
 
 # --------------------------------------------------------------------- zombies
