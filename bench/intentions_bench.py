@@ -841,7 +841,7 @@ def run_resume(args, population: Population) -> dict:
 
     for _ in range(30):
         package = resume()
-    assert len(package.intentions) == BIG_THREAD_SIZE and len(package.pending) == 20
+    assert len(package.intentions.parsed()) == BIG_THREAD_SIZE and len(package.pending) == 20
     counter = QueryCounter()
     with connection.execute_wrapper(counter):
         resume()
@@ -854,7 +854,7 @@ def run_resume(args, population: Population) -> dict:
     say(f"thread_resume in-process ({counter.count} statements): {summary(in_process)}")
 
     # Diagnostics: the API's work beyond the service, in-process.
-    from rest_framework.renderers import JSONRenderer
+    from piper.api.rendering import JSONRenderer
 
     body = None
     serialise = []

@@ -7,13 +7,13 @@ Another agent's thread or intention is NotFound, exactly like a missing one.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable, Sequence
 
 from django.db import connection
 from django.db.models import Prefetch, QuerySet, prefetch_related_objects
 
+from piper.api.rendering import RawJSON
 from piper.errors import NotFound
 from piper.tenancy.models import Agent
 
@@ -240,13 +240,14 @@ WHERE i.thread_id = %s AND i.status = ANY(%s)
 """
 
 
-def open_intentions_rendered(*, thread: Thread, now) -> list[dict]:
+def open_intentions_rendered(*, thread: Thread, now) -> RawJSON:
     """The thread's open intentions as the API shows them (IntentionOutputSerializer's
     fields), due first, then executing, overdue, by due time, priority and age.
 
     One statement, with the rows rendered to JSON by PostgreSQL: a resume lists
     up to thousands of intentions, and building model instances and serializing
-    them took ~110 ms for 1,000 (docs/benchmarks.md, working state).
+    them took ~110 ms for 1,000 (docs/benchmarks.md, working state). The text
+    goes into the response as it is (RawJSON); `.parsed()` gives the list.
     """
     with connection.cursor() as cursor:
         cursor.execute(
@@ -259,4 +260,4 @@ def open_intentions_rendered(*, thread: Thread, now) -> list[dict]:
                 [str(s) for s in RESUME_STATUSES],
             ],
         )
-        return json.loads(cursor.fetchone()[0])
+        return RawJSON(cursor.fetchone()[0])

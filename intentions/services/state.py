@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.utils.dateparse import parse_datetime
 
 from ledger.services import event_append, json_storage_error
+from piper.api.rendering import RawJSON
 from piper.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from piper.provenance import SourceType
 from piper.tenancy.models import Agent
@@ -280,8 +281,9 @@ class ResumePackage:
     thread: Thread
     handover: Handover | None
     checkpoint: WorkingState | None
-    # As the API shows them (selectors.open_intentions_rendered): rendered by PostgreSQL.
-    intentions: list[dict]
+    # As the API shows them (selectors.open_intentions_rendered): JSON text rendered
+    # by PostgreSQL, written into the response unparsed; .parsed() gives the list.
+    intentions: RawJSON
     recheck: list[dict]
     failed_branches: list[dict]
     pending: list[PendingItem]

@@ -67,7 +67,9 @@ class TestOpenIntentionsRendered:
         IntentionFactory(agent=agent, thread=ThreadFactory(agent=agent))  # another thread
         engine.clock_set(agent=agent, now=T0 + timedelta(hours=1))  # `overdue` is now overdue
 
-        rendered = selectors.open_intentions_rendered(thread=thread, now=T0 + timedelta(hours=1))
+        rendered = selectors.open_intentions_rendered(
+            thread=thread, now=T0 + timedelta(hours=1)
+        ).parsed()
 
         assert rendered == orm_rendering([due, overdue, later, first])
         assert [list(r) for r in rendered] == [
@@ -78,4 +80,4 @@ class TestOpenIntentionsRendered:
         assert rendered[1]["dependencies"] == [str(first.pk)]
 
     def test_an_empty_thread_renders_an_empty_list(self, thread):
-        assert selectors.open_intentions_rendered(thread=thread, now=T0) == []
+        assert selectors.open_intentions_rendered(thread=thread, now=T0).parsed() == []

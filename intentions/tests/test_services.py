@@ -612,7 +612,7 @@ class TestResumePackage:
         assert package.now == T0
         assert package.checkpoint.version == 2
         assert package.checkpoint.state == checkpoint_state()
-        assert [i["id"] for i in package.intentions] == [
+        assert [i["id"] for i in package.intentions.parsed()] == [
             str(x.pk)
             for x in (due, executing, overdue, sooner, later, manual_high, manual_low, blocked)
         ]
@@ -661,7 +661,7 @@ class TestResumePackage:
         assert (
             package.handover,
             package.checkpoint,
-            package.intentions,
+            package.intentions.parsed(),
             package.recheck,
             package.failed_branches,
             package.pending,

@@ -6,7 +6,6 @@ import json
 from collections.abc import Callable
 
 from django.db import connection, transaction
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -14,6 +13,7 @@ from piper.canonical import sha256_hex
 from piper.errors import InvalidInput, Unprocessable
 
 from .models import IdempotencyRecord
+from .rendering import JSONRenderer
 
 HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255

@@ -130,7 +130,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["piper.api.permissions.HasScopeForMethod"],
     "DEFAULT_THROTTLE_CLASSES": ["piper.api.throttling.ApiKeyRateThrottle"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["piper.api.rendering.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "piper.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
