@@ -572,9 +572,12 @@ def _values_at(agent: Agent, subject: str, predicate: str, at: datetime) -> list
 
 def unmet(dependencies) -> bool:
     """Is any of these intentions not yet done? Done means completed — for a
-    recurring one, completed at least once (it is active again, for its next
-    occurrence); a skipped occurrence is not done."""
-    pending = [d.pk for d in dependencies if d.status != IntentionStatus.COMPLETED]
+    recurring one, one occurrence completed (it is active again, for its next
+    occurrence, or its series is over); a skipped occurrence is not done, so a
+    series that ran out with every occurrence skipped was never done."""
+    pending = [
+        d.pk for d in dependencies if not (d.status == IntentionStatus.COMPLETED and not d.rrule)
+    ]
     if not pending:
         return False
     done = set(

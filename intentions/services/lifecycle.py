@@ -7,6 +7,12 @@ to its next occurrence only after this one is completed or skipped.
 
 An intention that ends without ever being done takes the intentions blocked
 on it along (dependents_cancel): they could never fire.
+
+A dependency on a recurring intention is met by its first successful
+completion of an occurrence (a skip is not one). Should the series end with
+none — cancelled, expired, or its RRULE (or expires_at) running out on a
+skip — what waits on it is cancelled by the same cascade as a cancel or an
+expiry, the last with the reason "dependency <id> ended without success".
 """
 
 from __future__ import annotations
@@ -276,11 +282,16 @@ def _own_intentions(agent: Agent, ids: Sequence[uuid.UUID]) -> list[Intention]:
 
 def _refuse_ended(dependencies: Sequence[Intention]) -> None:
     """Waiting on an intention that ended undone would be waiting forever."""
-    ended = [d for d in dependencies if d.status in ENDED_UNDONE and engine.unmet([d])]
+    ended = [d for d in dependencies if ended_undone(d)]
     if ended:
+        first = ended[0]
+        how = (
+            f"{ENDED_WITHOUT_SUCCESS} (every occurrence was skipped)"
+            if first.status == IntentionStatus.COMPLETED
+            else f"is {first.status} and was never completed"
+        )
         raise Unprocessable(
-            f"dependency {ended[0].pk} is {ended[0].status} and was never completed: "
-            "this intention could never have every dependency met",
+            f"dependency {first.pk} {how}: this intention could never have every dependency met",
             code="dependency_ended",
             details={"dependencies": [str(d.pk) for d in ended]},
         )
@@ -412,7 +423,11 @@ def intention_complete(*, agent: Agent, intention_id: uuid.UUID, evidence: Any =
 
 
 def intention_skip(*, agent: Agent, intention_id: uuid.UUID, reason: str = "") -> Intention:
-    """Skip this occurrence of a recurring intention: it moves to the next."""
+    """Skip this occurrence of a recurring intention: it moves to the next. A
+    skip never releases dependents. When it was the last occurrence and none
+    was ever completed, the series ended without success: the blocked
+    intentions waiting on it are cancelled (dependents_cancel), with the
+    reason "dependency <id> ended without success"."""
     reason = _check_reason(reason)
     return _finish(agent, intention_id, evidence={"skipped": True, "reason": reason}, skipped=True)
 
@@ -436,6 +451,15 @@ def _finish(agent: Agent, intention_id: uuid.UUID, *, evidence: Any, skipped: bo
                 code="invalid_transition",
                 details={"status": intention.status, "to": "completed"},
             )
+        following = None
+        if intention.rrule:
+            this_one = intention.due_at or intention.not_before
+            following = triggers.next_occurrence(intention.rrule, _first_start(intention), this_one)
+            if intention.expires_at is not None and following is not None:
+                following = following if following < intention.expires_at else None
+        # A last occurrence skipped: if none was ever done, nothing waiting on
+        # the series can run (dependents_lock finds nothing if one was).
+        doomed = dependents_lock(intention) if skipped and following is None else []
         now = now_for(agent.pk)
         _move(
             intention,
@@ -444,24 +468,21 @@ def _finish(agent: Agent, intention_id: uuid.UUID, *, evidence: Any, skipped: bo
             "skipped" if skipped else "completed",
             completion_evidence=evidence,
         )
-        if intention.rrule:
-            this_one = intention.due_at or intention.not_before
-            following = triggers.next_occurrence(intention.rrule, _first_start(intention), this_one)
-            if following is not None and (
-                intention.expires_at is None or following < intention.expires_at
-            ):
-                _move(
-                    intention,
-                    IntentionStatus.ACTIVE,
-                    now,
-                    "next occurrence",
-                    due_at=following,
-                    occurrence=intention.occurrence + 1,
-                    completion_evidence=None,
-                    attempts=0,
-                )
+        if following is not None:
+            _move(
+                intention,
+                IntentionStatus.ACTIVE,
+                now,
+                "next occurrence",
+                due_at=following,
+                occurrence=intention.occurrence + 1,
+                completion_evidence=None,
+                attempts=0,
+            )
         if not skipped:
             engine.release_dependents(intention=intention, at=now)
+        elif doomed:
+            dependents_cancel(intention, doomed, at=now, how=ENDED_WITHOUT_SUCCESS)
     intention.refresh_from_db()
     return intention
 
@@ -548,9 +569,15 @@ def intention_expire(*, agent: Agent, intention_id: uuid.UUID) -> Intention:
     return intention
 
 
-# The statuses an intention ends in without being done (intention_fail never ends
-# one: beyond its retries it stays due, for escalation).
-ENDED_UNDONE = (IntentionStatus.CANCELLED, IntentionStatus.EXPIRED)
+# How a recurring series that ran out on a skip, never done, ended (in reasons).
+ENDED_WITHOUT_SUCCESS = "ended without success"
+
+
+def ended_undone(intention: Intention) -> bool:
+    """Has it ended (cancelled, expired, or a series run out — completed — on a
+    skip) without ever being done? Whatever waits on it never can run.
+    intention_fail never ends one: beyond its retries it stays due."""
+    return intention.status in TERMINAL and engine.unmet([intention])
 
 
 def dependents_lock(intention: Intention) -> list[Intention]:
@@ -602,13 +629,17 @@ def dependents_lock(intention: Intention) -> list[Intention]:
     )
 
 
-def dependents_cancel(intention: Intention, locked: Sequence[Intention], *, at: datetime) -> int:
-    """`intention` has just ended undone (cancelled or expired). Cancel each of
-    the `locked` (dependents_lock) that waits on it, or on one cancelled here,
-    and is still blocked: it could never have every dependency met. Each gets
-    the transition and `intention.cancelled` event of any cancel, with the
-    reason "dependency <id> cancelled" (or expired) naming the dependency that
-    doomed it. Returns how many were cancelled.
+def dependents_cancel(
+    intention: Intention, locked: Sequence[Intention], *, at: datetime, how: str = ""
+) -> int:
+    """`intention` has just ended undone (cancelled, expired, or a series run
+    out on a skip: ended_undone). Cancel each of the `locked`
+    (dependents_lock) that waits on it, or on one cancelled here, and is still
+    blocked: it could never have every dependency met. Each gets the
+    transition and `intention.cancelled` event of any cancel, with the reason
+    "dependency <id> <how>" naming the dependency that doomed it — `how` is
+    its status unless given ("ended without success"). Returns how many were
+    cancelled.
 
     Dependents that are not blocked (fired, executing, finished) are left
     alone, as are blocked ones whose chain to `intention` passes through an
@@ -625,11 +656,9 @@ def dependents_cancel(intention: Intention, locked: Sequence[Intention], *, at: 
     ):
         waits_on.setdefault(dependency_id, []).append(by_pk[dependent_id])
     count = 0
-    ended = [(intention, intention.status)]
+    ended = [(intention, how or intention.status)]
     while ended:
         dependency, how = ended.pop(0)
-        if how not in ENDED_UNDONE:
-            continue
         for dependent in waits_on.get(dependency.pk, ()):
             if dependent.status != IntentionStatus.BLOCKED:
                 continue  # cancelled here already, through another dependency

@@ -689,6 +689,113 @@ class TestDependencyAndManual:
         assert firings(intention) == [(1, "manual", T0 + 100 * DAY)]
 
 
+class TestARecurringDependency:
+    """Rule (lifecycle): a dependency on a recurring intention is met by its
+    first successful completion of an occurrence; if the series ends with none
+    (cancelled, expired, or run out on a skip), what waits on it is cancelled."""
+
+    def _waiting(self, agent, *dependencies, trigger_type="dependency"):
+        return IntentionFactory(
+            agent=agent, trigger_type=trigger_type, dependencies=[d.pk for d in dependencies]
+        )
+
+    def test_met_by_the_first_completed_occurrence_after_skips(self, agent):
+        daily = timed(agent, T0, rrule="FREQ=DAILY;COUNT=4")
+        dependent = self._waiting(agent, daily)
+        intention_skip(agent=agent, intention_id=daily.pk)
+        assert status_of(dependent) == "blocked"
+
+        intention_complete(agent=agent, intention_id=daily.pk)  # occurrence 2
+        intention_skip(agent=agent, intention_id=daily.pk)
+        intention_complete(agent=agent, intention_id=daily.pk)  # the last
+
+        assert firings(dependent) == [(1, "dependency", T0)]
+        assert status_of(daily) == "completed"
+
+    def test_a_series_run_out_on_skips_cancels_what_waits_on_it(self, agent):
+        daily = timed(agent, T0, rrule="FREQ=DAILY;COUNT=2")
+        fires_after = self._waiting(agent, daily)
+        manual_after = self._waiting(agent, daily, trigger_type="manual")
+        tail = self._waiting(agent, fires_after)
+        intention_skip(agent=agent, intention_id=daily.pk)
+        assert {status_of(i) for i in (fires_after, manual_after, tail)} == {"blocked"}
+        since = head_seq(agent)
+
+        ended = intention_skip(agent=agent, intention_id=daily.pk, reason="no longer needed")
+
+        assert (ended.status, ended.occurrence) == ("completed", 2)
+        reason = f"dependency {daily.pk} ended without success"
+        for dependent in (fires_after, manual_after):
+            assert timeline(dependent)[-1] == ("blocked", "cancelled", 1, reason)
+        assert timeline(tail)[-1] == (
+            "blocked",
+            "cancelled",
+            1,
+            f"dependency {fires_after.pk} cancelled",
+        )
+        assert event_types(agent, since) == ["intention.completed"] + ["intention.cancelled"] * 3
+        engine.tick(agent=agent)
+        assert [firings(i) for i in (fires_after, manual_after, tail)] == [[], [], []]
+
+    def test_a_series_cut_short_by_expires_at_on_a_skip_is_ended_too(self, agent):
+        daily = timed(
+            agent, T0, rrule="FREQ=DAILY;COUNT=5", expires_at=T0 + DAY + timedelta(hours=12)
+        )
+        dependent = self._waiting(agent, daily)
+        intention_skip(agent=agent, intention_id=daily.pk)
+        assert (status_of(daily), status_of(dependent)) == ("active", "blocked")
+
+        intention_skip(agent=agent, intention_id=daily.pk)  # the next would be past expiry
+
+        assert (status_of(daily), status_of(dependent)) == ("completed", "cancelled")
+        assert timeline(dependent)[-1][3] == f"dependency {daily.pk} ended without success"
+
+    def test_expired_by_the_engine_after_skips_cancels_what_waits_on_it(self, agent):
+        daily = timed(agent, T0, rrule="FREQ=DAILY;COUNT=5", expires_at=T0 + 3 * DAY)
+        dependent = self._waiting(agent, daily)
+        intention_skip(agent=agent, intention_id=daily.pk)
+        at(agent, T0 + 3 * DAY)
+
+        engine.tick(agent=agent)
+
+        assert (status_of(daily), status_of(dependent)) == ("expired", "cancelled")
+        assert timeline(dependent)[-1][3] == f"dependency {daily.pk} expired"
+
+    def test_a_series_done_once_then_run_out_on_a_skip_still_counts_as_done(self, agent):
+        daily = timed(agent, T0, rrule="FREQ=DAILY;COUNT=2")
+        other = IntentionFactory(agent=agent)
+        dependent = self._waiting(agent, daily, other)
+        intention_complete(agent=agent, intention_id=daily.pk)
+        since = head_seq(agent)
+
+        intention_skip(agent=agent, intention_id=daily.pk)
+
+        assert event_types(agent, since) == ["intention.completed"]
+        assert status_of(dependent) == "blocked"
+        intention_complete(agent=agent, intention_id=other.pk)
+        assert status_of(dependent) == "due"
+
+    def test_a_series_run_out_on_skips_never_counts_as_done(self, agent):
+        daily = timed(agent, T0, rrule="FREQ=DAILY;COUNT=1")
+        intention_skip(agent=agent, intention_id=daily.pk)
+        waiting = IntentionFactory(agent=agent)
+        message = (
+            f"dependency {daily.pk} ended without success (every occurrence was skipped): "
+            "this intention could never have every dependency met"
+        )
+
+        for attempt in (
+            lambda: self._waiting(agent, daily),
+            lambda: intention_set_dependencies(
+                agent=agent, intention=waiting, dependencies=[daily.pk]
+            ),
+        ):
+            with pytest.raises(Unprocessable) as refused:
+                attempt()
+            assert (refused.value.code, refused.value.message) == ("dependency_ended", message)
+        assert engine.unmet([Intention.objects.get(pk=daily.pk)]) is True
+
+
 # ----------------------------------------------------------------- exactly once
 
 
