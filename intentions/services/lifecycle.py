@@ -590,6 +590,20 @@ def dependents_lock(intention: Intention) -> list[Intention]:
     An intention that has ever been done (a recurring one completed, not
     skipped, at least once) releases its dependents when it is completed and
     dooms none when it ends: nothing is locked for it."""
+    ids = _waiting_on(intention)
+    if not ids:
+        return []
+    return list(
+        Intention.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("agent")
+        .filter(agent_id=intention.agent_id, pk__in=ids, status=IntentionStatus.BLOCKED)
+        .order_by("pk")
+    )
+
+
+def _waiting_on(intention: Intention) -> list[uuid.UUID]:
+    """dependents_lock's candidates, unlocked: the blocked intentions that wait
+    on `intention` directly, or through blocked ones never done."""
     if not engine.unmet([intention]):
         return []
     with connection.cursor() as cursor:
@@ -618,36 +632,39 @@ def dependents_lock(intention: Intention) -> list[Intention]:
             """,
             {"root": intention.pk, "agent": intention.agent_id},
         )
-        ids = [row[0] for row in cursor.fetchall()]
-    if not ids:
-        return []
-    return list(
-        Intention.objects.select_for_update(of=("self",), no_key=True)
-        .select_related("agent")
-        .filter(agent_id=intention.agent_id, pk__in=ids, status=IntentionStatus.BLOCKED)
-        .order_by("pk")
-    )
+        return [row[0] for row in cursor.fetchall()]
 
 
 def dependents_cancel(
     intention: Intention, locked: Sequence[Intention], *, at: datetime, how: str = ""
-) -> int:
+) -> list[tuple[Intention, str]]:
     """`intention` has just ended undone (cancelled, expired, or a series run
     out on a skip: ended_undone). Cancel each of the `locked`
     (dependents_lock) that waits on it, or on one cancelled here, and is still
     blocked: it could never have every dependency met. Each gets the
     transition and `intention.cancelled` event of any cancel, with the reason
     "dependency <id> <how>" naming the dependency that doomed it — `how` is
-    its status unless given ("ended without success"). Returns how many were
-    cancelled.
+    its status unless given ("ended without success"). Returns those
+    cancelled, with their reasons, in the order cancelled.
 
     Dependents that are not blocked (fired, executing, finished) are left
     alone, as are blocked ones whose chain to `intention` passes through an
     intention that was ever done. Another agent's intentions are never
     touched (dependencies are the agent's own)."""
-    if not locked:
-        return 0
-    by_pk = {i.pk: i for i in locked}
+    doomed = _doomed(intention, locked, how=how or intention.status)
+    for dependent, reason in doomed:
+        _move(dependent, IntentionStatus.CANCELLED, at, reason)
+    return doomed
+
+
+def _doomed(
+    intention: Intention, candidates: Sequence[Intention], *, how: str
+) -> list[tuple[Intention, str]]:
+    """Which of `candidates` dependents_cancel cancels once `intention` ended
+    `how`, and why, in order: a walk of the links, writing nothing."""
+    if not candidates:
+        return []
+    by_pk = {i.pk: i for i in candidates}
     waits_on: dict[uuid.UUID, list[Intention]] = {}
     for dependent_id, dependency_id in (
         IntentionDependency.objects.filter(intention_id__in=by_pk)
@@ -655,18 +672,94 @@ def dependents_cancel(
         .values_list("intention_id", "depends_on_id")
     ):
         waits_on.setdefault(dependency_id, []).append(by_pk[dependent_id])
-    count = 0
-    ended = [(intention, how or intention.status)]
+    doomed: list[tuple[Intention, str]] = []
+    taken: set[uuid.UUID] = set()
+    ended = [(intention, how)]
     while ended:
         dependency, how = ended.pop(0)
         for dependent in waits_on.get(dependency.pk, ()):
-            if dependent.status != IntentionStatus.BLOCKED:
-                continue  # cancelled here already, through another dependency
-            _move(dependent, IntentionStatus.CANCELLED, at, f"dependency {dependency.pk} {how}")
-            count += 1
+            if dependent.status != IntentionStatus.BLOCKED or dependent.pk in taken:
+                continue  # doomed here already, through another dependency
+            taken.add(dependent.pk)
+            doomed.append((dependent, f"dependency {dependency.pk} {how}"))
             if engine.unmet([dependent]):  # never done: its own dependents are doomed too
                 ended.append((dependent, IntentionStatus.CANCELLED))
-    return count
+    return doomed
+
+
+@dataclass(frozen=True)
+class Swept:
+    intention: Intention
+    reason: str
+
+
+def dependents_sweep(*, agent: Agent | None = None, dry_run: bool = False) -> list[Swept]:
+    """Cancel the blocked intentions still waiting on a dependency that ended
+    undone (ended_undone) — left from before the cascade existed, or missed by
+    it — exactly as the cascade would have: each with its transition, its
+    `intention.cancelled` event and the reason "dependency <id> <how>". With
+    `agent`, only its intentions. Returns them in the order cancelled (per
+    ended dependency, in pk order). Idempotent: a second run finds nothing.
+
+    `dry_run` writes and locks nothing and returns what a run would cancel.
+    Otherwise each ended dependency is one transaction, locking as
+    intention_cancel does (the dependency, its dependents, the chain head)."""
+    swept: list[Swept] = []
+    listed: set[uuid.UUID] = set()
+    for root_id in _ended_with_blocked_dependents(agent):
+        with transaction.atomic():
+            query = Intention.objects.select_related("agent").filter(pk=root_id)
+            if not dry_run:
+                query = query.select_for_update(of=("self",), no_key=True)
+            root = query.first()
+            if root is None or not ended_undone(root):
+                continue
+            how = ENDED_WITHOUT_SUCCESS if root.status == IntentionStatus.COMPLETED else ""
+            if dry_run:
+                candidates = (
+                    Intention.objects.select_related("agent")
+                    .filter(
+                        agent_id=root.agent_id,
+                        pk__in=_waiting_on(root),
+                        status=IntentionStatus.BLOCKED,
+                    )
+                    .order_by("pk")
+                )
+                doomed = _doomed(root, list(candidates), how=how or root.status)
+            else:
+                locked = dependents_lock(root)
+                doomed = dependents_cancel(root, locked, at=now_for(root.agent_id), how=how)
+        for intention, reason in doomed:
+            # A dry run would list one waiting on two ended dependencies twice.
+            if intention.pk not in listed:
+                listed.add(intention.pk)
+                swept.append(Swept(intention, reason))
+    return swept
+
+
+def _ended_with_blocked_dependents(agent: Agent | None) -> list[uuid.UUID]:
+    """Intentions that ended without ever being done, with a blocked intention
+    still waiting on them directly (a chain below it is walked from there)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT DISTINCT r.id
+            FROM intentions_intentiondependency d
+            JOIN intentions_intention w ON w.id = d.intention_id
+            JOIN intentions_intention r ON r.id = d.depends_on_id
+            WHERE w.status = 'blocked' AND w.agent_id = r.agent_id
+              AND (%(agent)s::uuid IS NULL OR r.agent_id = %(agent)s::uuid)
+              AND r.status IN ('completed', 'cancelled', 'expired')
+              AND NOT EXISTS (
+                  SELECT 1 FROM intentions_transition t
+                  WHERE t.intention_id = r.id AND t.to_status = 'completed'
+                    AND t.reason <> 'skipped'
+              )
+            ORDER BY r.id
+            """,
+            {"agent": agent.pk if agent else None},
+        )
+        return [row[0] for row in cursor.fetchall()]
 
 
 def intention_fire(*, agent: Agent, intention_id: uuid.UUID) -> Intention:
