@@ -365,17 +365,30 @@ def catch_up_events() -> int:
     """match_events for every agent with an armed event intention: the safety
     net for a post-commit task that was lost (Redis flushed, worker killed).
     Returns how many agents were looked at."""
-    agent_ids = (
+    count = 0
+    for agent_id in _event_armed_agent_ids():
+        match_events(agent_id=agent_id)
+        count += 1
+    return count
+
+
+def _event_armed_agent_ids():
+    return (
         Intention.objects.filter(status=IntentionStatus.ACTIVE, trigger_type=TriggerType.EVENT)
         .order_by()  # else Meta.ordering's columns join the DISTINCT: one call per row, not agent
         .values_list("agent_id", flat=True)
         .distinct()
     )
-    count = 0
-    for agent_id in agent_ids:
-        match_events(agent_id=agent_id)
-        count += 1
-    return count
+
+
+def cycle() -> dict:
+    """What tasks.engine_cycle runs, returning what fired (intentions_tick):
+    the time scan and expiry and the state re-checks for every wall-clock
+    agent, and the event catch-up for every agent with an armed event trigger."""
+    fired = {"time": scan_time(), "states": check_states(), "events": []}
+    for agent_id in _event_armed_agent_ids():
+        fired["events"] += match_events(agent_id=agent_id)
+    return fired
 
 
 def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> int:

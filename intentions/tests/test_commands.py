@@ -1,12 +1,14 @@
-"""Management commands: intentions_sweep."""
+"""Management commands: intentions_sweep and intentions_tick."""
 
 import io
 from datetime import timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
-from intentions.services import lifecycle
+from intentions.models import Intention
+from intentions.services import engine, lifecycle
 from intentions.services.lifecycle import (
     intention_cancel,
     intention_complete,
@@ -25,6 +27,8 @@ from intentions.tests.factories import (
 )
 from ledger.models import Event
 from ledger.selectors import chain_verify
+from ledger.services import event_append
+from piper.tenancy.tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -199,3 +203,48 @@ class TestIntentionsSweep:
         intention_cancel(agent=agent, intention_id=first.pk)  # the cascade ran
 
         assert run("intentions_sweep") == ["cancelled 0 blocked intention(s)"]
+
+
+class TestIntentionsTick:
+    def test_fires_what_is_due_for_wall_clock_agents_once(self):
+        agent = AgentFactory()
+        due = IntentionFactory(
+            agent=agent, trigger_type="time", due_at=timezone.now() - timedelta(minutes=1)
+        )
+        watcher = IntentionFactory(
+            agent=agent, trigger_type="event", trigger_spec={"event_type": "deploy.done"}
+        )
+        later = IntentionFactory(agent=agent, trigger_type="time", due_at=timezone.now() + DAY)
+        simulated = sim_agent("simulated")
+        IntentionFactory(agent=simulated, trigger_type="time", due_at=T0 - DAY)
+        event_append(agent=agent, event_type="deploy.done")  # its post-commit task never ran
+
+        output = run("intentions_tick")
+
+        assert output == [
+            f"fired  {due.pk} #1  (time)",
+            f"fired  {watcher.pk} #1  (events)",
+            "fired 2 intention(s)",
+        ]
+        assert (status_of(due), status_of(watcher), status_of(later)) == ("due", "due", "active")
+        assert run("intentions_tick") == ["fired 0 intention(s)"]
+
+    def test_one_agent_at_its_own_clock(self):
+        agent = sim_agent("simulated")
+        due = IntentionFactory(agent=agent, trigger_type="time", due_at=T0)
+        other = AgentFactory()
+        left = IntentionFactory(
+            agent=other, trigger_type="time", due_at=timezone.now() - timedelta(minutes=1)
+        )
+
+        assert run("intentions_tick", "--agent", "simulated") == [
+            f"fired  {due.pk} #1  (time)",
+            "fired 1 intention(s), rehearsed 0",
+        ]
+        assert (status_of(due), status_of(left)) == ("due", "active")
+        assert Intention.objects.get(pk=due.pk).last_fired_at == T0
+        assert engine.now_for(agent.pk) == T0
+
+    def test_an_unknown_agent_is_an_error(self):
+        with pytest.raises(CommandError, match="no agent 'nobody'"):
+            run("intentions_tick", "--agent", "nobody")
