@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import random
+import time
 from collections.abc import Callable
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
+from psycopg import errors as pg_errors
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -17,6 +20,28 @@ from .rendering import JSONRenderer
 
 HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
+# A write PostgreSQL cancelled to break a deadlock (or a serialization failure)
+# was rolled back whole: it is run again, up to this many times in all, before
+# the error reaches the client. Lock orders are kept consistent, so this is for
+# the rare cycle they do not rule out (docs: intentions' dependency cascades).
+WRITE_ATTEMPTS = 3
+_RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
+
+
+def atomic_retrying(write: Callable[[], Response]) -> Response:
+    """`write()` in one transaction, run again if PostgreSQL broke a deadlock with it.
+
+    Inside a caller's transaction the block is a savepoint. Rolling back to it
+    keeps the outer transaction usable, so the retry is sound there too."""
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            with transaction.atomic():
+                return write()
+        except OperationalError as exc:
+            if attempt == WRITE_ATTEMPTS or not isinstance(exc.__cause__, _RETRYABLE):
+                raise
+            time.sleep(random.uniform(0.005, 0.02) * attempt)  # let the other side finish
+    raise AssertionError("unreachable")
 
 
 def _fingerprint(request: Request) -> str:
@@ -41,8 +66,7 @@ def idempotent_write(
     """
     key = request.headers.get(HEADER)
     if key is None:
-        with transaction.atomic():
-            return write()
+        return atomic_retrying(write)
     if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
         raise InvalidInput(
             f"{HEADER} must be 1-{MAX_KEY_LENGTH} printable characters",
@@ -50,7 +74,8 @@ def idempotent_write(
         )
     agent = request.user
     fingerprint = _fingerprint(request)
-    with transaction.atomic():
+
+    def claimed_write() -> Response:
         record, created = _claim(agent_id=agent.pk, key=key, fingerprint=fingerprint)
         if not created:
             if record.request_fingerprint != fingerprint:
@@ -72,6 +97,8 @@ def idempotent_write(
             response_status=response.status_code, response_body=body
         )
         return response
+
+    return atomic_retrying(claimed_write)
 
 
 def _claim(*, agent_id, key: str, fingerprint: str) -> tuple[IdempotencyRecord, bool]:

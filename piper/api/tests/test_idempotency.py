@@ -5,12 +5,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
+from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from conftest import make_client
 from ledger import services as ledger_services
 from ledger.models import Event
 from ledger.tests.helpers import error, ledger_state
+from piper.api.idempotency import WRITE_ATTEMPTS, atomic_retrying, idempotent_write
 from piper.api.models import IdempotencyRecord
 
 pytestmark = pytest.mark.django_db
@@ -177,3 +181,71 @@ def test_concurrent_retries_write_exactly_one_event(monkeypatch):
     assert sorted(r.get("Idempotent-Replayed", "") for r in responses) == ["", "true"]
     assert Event.objects.filter(agent=client_1.agent).count() == 1
     assert IdempotencyRecord.objects.filter(key="race-1").count() == 1
+
+
+# --- a write PostgreSQL cancelled to break a deadlock is run again --------------------
+
+
+def _raise_in_postgres(sqlstate: str) -> None:
+    # A real PostgreSQL error with that SQLSTATE, as psycopg and Django see one.
+    with connection.cursor() as cursor:
+        cursor.execute(f"DO $$ BEGIN RAISE EXCEPTION 'test' USING ERRCODE = '{sqlstate}'; END $$")
+
+
+def _append_then_fail(agent, attempts: list, failures: int, sqlstate: str = "40P01"):
+    def write():
+        attempts.append(1)
+        ledger_services.event_append(agent=agent, event_type=f"attempt.{len(attempts)}")
+        if len(attempts) <= failures:
+            _raise_in_postgres(sqlstate)
+        return Response({"attempts": len(attempts)}, status=201)
+
+    return write
+
+
+@pytest.mark.parametrize("sqlstate", ["40P01", "40001"])  # deadlock, serialization failure
+def test_a_deadlocked_write_is_run_again_and_only_its_last_run_is_kept(client_a, sqlstate):
+    attempts: list = []
+
+    response = atomic_retrying(_append_then_fail(client_a.agent, attempts, 2, sqlstate))
+
+    assert response.data == {"attempts": 3}
+    assert list(
+        Event.objects.filter(agent=client_a.agent).values_list("event_type", flat=True)
+    ) == ["attempt.3"]
+
+
+def test_a_write_deadlocked_every_time_gives_up_after_the_last_attempt(client_a):
+    attempts: list = []
+
+    with pytest.raises(OperationalError):
+        atomic_retrying(_append_then_fail(client_a.agent, attempts, WRITE_ATTEMPTS))
+
+    assert len(attempts) == WRITE_ATTEMPTS
+    assert not Event.objects.filter(agent=client_a.agent).exists()
+
+
+def test_other_database_errors_are_not_retried(client_a):
+    attempts: list = []
+
+    with pytest.raises(OperationalError):
+        atomic_retrying(_append_then_fail(client_a.agent, attempts, 1, "57014"))  # cancelled
+
+    assert len(attempts) == 1
+
+
+def test_a_keyed_write_retried_after_a_deadlock_keeps_one_record_and_one_answer(client_a):
+    from rest_framework.test import APIRequestFactory
+
+    attempts: list = []
+    request = Request(
+        APIRequestFactory().post("/x", {}, format="json", HTTP_IDEMPOTENCY_KEY="deadlock-1"),
+        parsers=[JSONParser()],
+    )
+    request.user = client_a.agent
+
+    response = idempotent_write(request, _append_then_fail(client_a.agent, attempts, 1))
+
+    assert response.data == {"attempts": 2}
+    record = IdempotencyRecord.objects.get(agent=client_a.agent, key="deadlock-1")
+    assert (record.response_status, record.response_body) == (201, {"attempts": 2})
