@@ -6,6 +6,7 @@ is nearest to a query is known without the embedding model.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from datetime import UTC, datetime, timedelta
@@ -61,6 +62,25 @@ def bulk_episodes(agent, count: int, *, start: datetime = T0, prefix: str = "rou
             for i in range(first, min(first + 1000, count))
         ]
         episodes_record(agent=agent, drafts=drafts)
+
+
+@contextlib.contextmanager
+def hnsw_built_after():
+    """Writing vectors for thousands of rows: the HNSW index is dropped first and
+    built once after. Inserting 30,000 rows into the m 32 graph one by one
+    took ~70 s of the test suite; one build over them takes a few seconds."""
+    index = next(i for i in Episode._meta.indexes if i.name == "episodes_embedding_hnsw")
+    with connection.schema_editor() as editor:
+        editor.remove_index(Episode, index)
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET maintenance_work_mem = '512MB'")
+        with connection.schema_editor() as editor:
+            editor.add_index(Episode, index)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET maintenance_work_mem")
 
 
 def clustered_vectors(agents, *, clusters: int = 50, noise: float = 0.5, seed: float = 0.42):

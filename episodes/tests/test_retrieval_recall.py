@@ -22,6 +22,7 @@ from episodes.tests.retrieval_fixtures import (
     T0,
     bulk_episodes,
     clustered_vectors,
+    hnsw_built_after,
     record,
     unit,
 )
@@ -44,7 +45,7 @@ def world(django_db_setup, django_db_blocker):
         try:
             for i, agent in enumerate(agents):
                 bulk_episodes(agent, PER_AGENT, start=T0 + timedelta(days=i))
-            with transaction.atomic():
+            with hnsw_built_after(), transaction.atomic():
                 centres = clustered_vectors(agents, noise=0.3)
             with connection.cursor() as cursor:
                 cursor.execute("ANALYZE episodes_episode")
