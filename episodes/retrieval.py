@@ -447,6 +447,14 @@ def _attnames(model: type, columns: Sequence[str]) -> list[str]:
     return [f.attname for f in model._meta.concrete_fields if f.column in wanted]
 
 
+def _instance(model: type, attnames: list[str], row: Sequence, *, embedded: bool):
+    """A model instance from a row of some of its columns, with `embedded` set as
+    the selectors annotate it (the vector itself is never loaded)."""
+    obj = model.from_db(connection.alias, attnames, row)
+    obj.embedded = embedded
+    return obj
+
+
 def _in_field_order(model: type, columns: Sequence[str]) -> list[str]:
     wanted = set(columns)
     return [f.column for f in model._meta.concrete_fields if f.column in wanted]
@@ -910,8 +918,7 @@ def _fetch(
     cands = []
     for row in rows:
         text_rank, distance, shared, coverage, embedded = row[n : n + 5]
-        obj = spec.model.from_db(connection.alias, attnames, row[:n])
-        obj.embedded = bool(embedded)  # as the selectors annotate it (the vector is not loaded)
+        obj = _instance(spec.model, attnames, row[:n], embedded=bool(embedded))
         cands.append(
             _Candidate(
                 obj=obj,
@@ -983,8 +990,7 @@ def _with_session_context(
     for pk, (row, distance) in rows.items():
         if pk in by_id:
             continue
-        obj = spec.model.from_db(connection.alias, attnames, row)
-        obj.embedded = distance is not None
+        obj = _instance(spec.model, attnames, row, embedded=distance is not None)
         by_id[obj.pk] = _Candidate(
             obj=obj,
             text_rank=None,
@@ -1034,9 +1040,7 @@ def _full_rows(spec: _Spec, cands: list[_Candidate]) -> list[tuple[_Candidate, A
     for c in cands:
         if c.obj.pk not in by_id:
             continue  # deleted since the search read it (a purge): not an answer any more
-        obj = spec.model.from_db(connection.alias, attnames, by_id[c.obj.pk])
-        obj.embedded = c.embedded  # as the selectors annotate it (the vector is not loaded)
-        out.append((c, obj))
+        out.append((c, _instance(spec.model, attnames, by_id[c.obj.pk], embedded=c.embedded)))
     return out
 
 
