@@ -136,6 +136,24 @@ def _pg_array(values) -> str:
 WORLD_INDEXES = ("episodes_embedding_hnsw", "episodes_search_vector_gin", "episodes_entities_gin")
 
 
+def _create_world_indexes(model) -> None:
+    from django.db import connection
+
+    defined = {index.name: index for index in model._meta.indexes}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE indexname = ANY(%s)", [list(WORLD_INDEXES)]
+        )
+        present = {row[0] for row in cursor.fetchall()}
+    for name in WORLD_INDEXES:
+        if name in present:
+            continue
+        started = time.perf_counter()
+        with connection.schema_editor() as editor:
+            editor.add_index(model, defined[name])
+        log(f"  {name} {time.perf_counter() - started:.0f} s")
+
+
 def build_world(args) -> list:
     from django.db import connection, transaction
 
@@ -267,20 +285,11 @@ def build_world(args) -> list:
     with connection.cursor() as cursor:
         cursor.execute("SET maintenance_work_mem = '4GB'")
         cursor.execute("SET max_parallel_maintenance_workers = 1")
-        cursor.execute(
-            "CREATE INDEX IF NOT EXISTS episodes_search_vector_gin ON episodes_episode "
-            "USING gin (search_vector)"
-        )
-        cursor.execute(
-            "CREATE INDEX IF NOT EXISTS episodes_entities_gin ON episodes_episode "
-            "USING gin (entities)"
-        )
-        log(f"  GIN indexes {time.perf_counter() - index_started:.0f} s")
-        cursor.execute(
-            "CREATE INDEX IF NOT EXISTS episodes_embedding_hnsw ON episodes_episode "
-            "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
-        )
-        log(f"  + HNSW {time.perf_counter() - index_started:.0f} s")
+    # As the migrations define them (the HNSW graph's m and ef_construction
+    # included): an index written out here went stale when the model's changed.
+    _create_world_indexes(Episode)
+    log(f"  indexes {time.perf_counter() - index_started:.0f} s")
+    with connection.cursor() as cursor:
         cursor.execute("ANALYZE episodes_episode")
         cursor.execute("ANALYZE ledger_event")
     Agent.objects.filter(pk__in=[a.pk for a in agents]).update(description=shape)
