@@ -447,6 +447,26 @@ def _attnames(model: type, columns: Sequence[str]) -> list[str]:
     return [f.attname for f in model._meta.concrete_fields if f.column in wanted]
 
 
+class _Key:
+    """What fusion reads of a candidate (spec.key_columns: id, session_id,
+    occurred_at; a chunk's id, source_id, ordinal), without a model instance:
+    a search weighs ~100 candidates and returns ~10, and building a Django
+    instance for each was ~1 ms of a 10 ms search. `tiebreak` is computed once
+    here instead of on every sort: equal matches put the newer episode first
+    (a chunk: document order)."""
+
+    __slots__ = ("pk", "session_id", "occurred_at", "source_id", "ordinal", "tiebreak")
+
+    def __init__(self, columns: Sequence[str], row: Sequence) -> None:
+        self.session_id = self.occurred_at = self.source_id = self.ordinal = None
+        for column, value in zip(columns, row, strict=True):
+            setattr(self, "pk" if column == "id" else column, value)
+        if self.occurred_at is not None:
+            self.tiebreak = (-self.occurred_at.timestamp(), str(self.pk))
+        else:
+            self.tiebreak = (str(self.source_id), self.ordinal)
+
+
 def _instance(model: type, attnames: list[str], row: Sequence, *, embedded: bool):
     """A model instance from a row of some of its columns, with `embedded` set as
     the selectors annotate it (the vector itself is never loaded)."""
@@ -709,7 +729,7 @@ def _rows_by_id_sql(spec: _Spec, lexemes: list[_Lexeme], entities: Sequence[str]
 
 @dataclass
 class _Candidate:
-    obj: Any
+    obj: _Key  # the key columns only; the returned hits are loaded whole (_full_rows)
     text_rank: float | None
     similarity: float | None
     shared: int | None
@@ -730,11 +750,7 @@ class _Candidate:
 
 
 def _tiebreak(c: _Candidate) -> tuple:
-    """Equal matches: the newer episode first (a chunk: document order)."""
-    obj = c.obj
-    if isinstance(obj, Episode):
-        return (-obj.occurred_at.timestamp(), str(obj.pk))
-    return (str(obj.source_id), obj.ordinal)
+    return c.obj.tiebreak
 
 
 def _text_list(cands: list[_Candidate], **_) -> list[_Candidate]:
@@ -914,14 +930,12 @@ def _fetch(
                     "SELECT " + ", ".join(f"set_config('{s}', %s, true)" for s in HNSW_SETTINGS),
                     list(previous),
                 )
-    attnames = _attnames(spec.model, spec.key_columns)
     cands = []
     for row in rows:
         text_rank, distance, shared, coverage, embedded = row[n : n + 5]
-        obj = _instance(spec.model, attnames, row[:n], embedded=bool(embedded))
         cands.append(
             _Candidate(
-                obj=obj,
+                obj=_Key(spec.key_columns, row[:n]),
                 # A row holding none of the query's lexemes has no text rank.
                 text_rank=float(text_rank) if text_rank is not None and coverage else None,
                 similarity=None if distance is None else 1.0 - float(distance),
@@ -982,17 +996,15 @@ def _with_session_context(
             where_sql=spec.where_sql,
             params=spec.params,
             ids=list(by_id),
-            vector_literal=_vector_literal(vector) if vector is not None else None,
+            vector_literal=spec.params.get("qv") if vector is not None else None,
             cursor=cursor,
             columns=spec.key_columns,
         )
-    attnames = _attnames(spec.model, spec.key_columns)
     for pk, (row, distance) in rows.items():
         if pk in by_id:
             continue
-        obj = _instance(spec.model, attnames, row, embedded=distance is not None)
-        by_id[obj.pk] = _Candidate(
-            obj=obj,
+        by_id[pk] = _Candidate(
+            obj=_Key(spec.key_columns, row),
             text_rank=None,
             similarity=None if distance is None else 1.0 - distance,
             shared=None,
