@@ -142,7 +142,6 @@ class Episode(models.Model):
             # Exact vector scans of one agent's rows (or a time window of them,
             # episodes.retrieval) read the vectors from this index, not from
             # TOAST: 1,950 of 1M rows in 6.7 ms against 75 ms through the heap.
-            # It also serves every (agent, occurred_at) range, so no plain index.
             models.Index(
                 fields=["agent", "occurred_at"],
                 include=["id", "embedding"],
@@ -156,6 +155,12 @@ class Episode(models.Model):
                 include=["id", "embedding"],
                 name="episodes_actor_time_vector_idx",
             ),
+            # The same keys without the vectors (~40 bytes an entry, not 1.5 KB),
+            # for counting: the search first counts the rows under its filters
+            # (exact scan or graph?), and counting one actor's 6,600 rows through
+            # the covering index read 10 MB of entries (3.7 ms, as long as the scan).
+            models.Index(fields=["agent", "occurred_at"], name="episodes_agent_time_idx"),
+            models.Index(fields=["agent", "actor", "occurred_at"], name="episodes_actor_time_idx"),
             models.Index(
                 fields=["agent", "session_id", "occurred_at"], name="episodes_session_idx"
             ),

@@ -609,26 +609,21 @@ def _vector_ctes(spec: _Spec, k: int, agent_rows: int) -> str:
     (cached) row count is far above the limit is not counted again."""
     spec.params.update(k_vec=k, exact_max=spec.exact_max, exact_cap=spec.exact_max + 1)
     if spec.agent_only and agent_rows > 2 * spec.exact_max:
-        scan_sql = "SELECT NULL::uuid AS id, NULL::float8 AS distance WHERE false"
         rows_sql = "SELECT %(exact_cap)s::bigint AS n"
     else:
-        # One pass both counts the rows under the filters (up to the limit) and
-        # measures their distances: counting first and scanning again read the
-        # same index entries twice (4.7 + 5.2 ms for one actor's 6,600 rows).
-        scan_sql = f"""SELECT e.id, e.embedding <=> %(qv)s::vector AS distance
-      FROM {spec.table} e WHERE {spec.where_sql} LIMIT %(exact_cap)s"""
-        rows_sql = "SELECT count(*) AS n FROM vec_scan"
+        rows_sql = f"""SELECT count(*) AS n FROM (
+        SELECT 1 FROM {spec.table} e WHERE {spec.where_sql} LIMIT %(exact_cap)s
+    ) counted"""
     return f"""
-vec_scan AS MATERIALIZED (
-    {scan_sql}
-),
 vec_rows AS MATERIALIZED (
     {rows_sql}
 ),
 vec_exact AS MATERIALIZED (
-    SELECT id, distance FROM vec_scan
-     WHERE (SELECT n FROM vec_rows) <= %(exact_max)s AND distance IS NOT NULL
-     ORDER BY distance, id
+    SELECT e.id, e.embedding <=> %(qv)s::vector AS distance
+      FROM {spec.table} e
+     WHERE (SELECT n FROM vec_rows) <= %(exact_max)s
+       AND {spec.where_sql} AND e.embedding IS NOT NULL
+     ORDER BY (e.embedding <=> %(qv)s::vector) + 0, e.id
      LIMIT %(k_vec)s
 ),
 vec_ann AS MATERIALIZED (

@@ -160,13 +160,12 @@ def test_an_agent_far_above_the_exact_limit_is_not_counted_again(world, monkeypa
     with CaptureQueriesContext(connection) as queries:
         result = _search(agents[5], _queries(centres)[0])
     main = next(q["sql"] for q in queries.captured_queries if "vec_ann" in q["sql"])
-    assert "count(*) AS n FROM vec_scan" not in main
-    assert "NULL::float8 AS distance WHERE false" in main  # no pass over the agent's rows
+    assert "counted" not in main
     assert result.vector_strategy == "hnsw"
     with CaptureQueriesContext(connection) as queries:
         _search(agents[5], _queries(centres)[0], SearchFilters(actor="actor-1"))
     main = next(q["sql"] for q in queries.captured_queries if "vec_ann" in q["sql"])
-    assert "count(*) AS n FROM vec_scan" in main  # a filter's rows are always counted
+    assert "counted" in main  # a filter's rows are always counted
 
 
 def test_the_search_statement_uses_the_hnsw_index(world):
