@@ -393,6 +393,12 @@ def filter_sets(qs):
             )
         )
     out["actor+90d"] = windows
+    # The same windows without the actor: ~24k of the agent's rows, too many for
+    # an exact scan, so the filtered HNSW walk.
+    out["90d"] = [
+        SearchFilters(occurred_after=w.occurred_after, occurred_before=w.occurred_before)
+        for w in windows
+    ]
     return out
 
 
