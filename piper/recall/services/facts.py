@@ -1,0 +1,247 @@
+"""The current_fact route: fact texts propose, the question judges, the facts selectors decide."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+
+from piper.tenancy.models import Agent
+
+from .. import about
+from .results import CONTESTED, CURRENT, SUPERSEDED, Answer, Ask, Evidence, _age, _when
+
+NEAR_MISS_PAIRS = 3  # pairs shown as near misses when no fact answers
+CANDIDATE_PAIRS = 20  # pairs the fact texts propose before the question's words judge them
+
+
+def _fact_text(fact) -> str:
+    from facts.search import render, render_value
+
+    value = fact.object_entity.name if fact.object_entity_id else render_value(fact.object_value)
+    return render(predicate=fact.predicate.name, subject=fact.subject.name, values=[value])
+
+
+def _fact_evidence(
+    fact, *, score: float, currentness: str, now: datetime, signals=None
+) -> Evidence:
+    event = fact.source_event
+    volatility = fact.predicate.volatility_seconds
+    age = _age(now, fact.last_confirmed_at)
+    return Evidence(
+        kind="fact",
+        id=str(fact.pk),
+        text=_fact_text(fact),
+        score=score,
+        obj=fact,
+        signals=signals or {},
+        memory_status={
+            "source": {
+                "type": event.source_type,
+                "ref": event.source_ref,
+                "event_id": str(event.pk),
+                "actor": event.actor,
+                "session_id": event.session_id,
+            },
+            "age_seconds": age,
+            "authority": fact.authority,
+            "currentness": currentness,
+            "confidence": float(fact.confidence),
+            "status": fact.status,
+            "valid_from": _when(fact.valid_from),
+            "valid_to": _when(fact.valid_to),
+            "recorded_at": _when(fact.recorded_at),
+            "needs_recheck": volatility is not None and age > volatility,
+            "superseded_by": str(fact.superseded_by_id) if fact.superseded_by_id else None,
+            "contested_by": [str(c.pk) for c in fact.open_contests],
+        },
+    )
+
+
+def _subject_names(agent: Agent, subject_ids) -> dict[uuid.UUID, list[str]]:
+    """Every name (canonical and alias) of each subject, one query."""
+    from facts.models import EntityAlias
+
+    names: dict[uuid.UUID, list[str]] = {}
+    rows = EntityAlias.objects.filter(agent=agent, entity_id__in=list(subject_ids)).values_list(
+        "entity_id", "alias"
+    )
+    for entity_id, alias in rows:
+        names.setdefault(entity_id, []).append(alias)
+    return names
+
+
+def _abstention_reason(verdicts: Sequence[about.Verdict], *, answering: int, weak: int) -> str:
+    """Why no fact answered, in one word."""
+    if not verdicts:
+        return "no_candidate"
+    if answering:
+        return "nothing_current"  # the pair asked about holds no value now
+    if weak:
+        return "weak_similarity"  # no subject named, and no text close enough
+    if any(v.subject in (about.NAMED, about.PARTIAL) for v in verdicts):
+        return "predicate_not_known"  # the subject is known; what is asked of it is not
+    return "subject_not_known"
+
+
+def _current_fact(ask: Ask) -> Answer:
+    """Fact texts propose (subject, predicate) pairs; a pair answers only if
+    the question is about its subject and its predicate (piper.recall.about);
+    the facts selectors say what is believed and valid now. The value just
+    before it, if any, comes after every current value, marked superseded —
+    never as current. With no pair that answers, it abstains: the best pairs'
+    values are near misses."""
+    from facts import selectors as facts
+    from facts.search import entities_named_in, fact_candidates
+
+    named = entities_named_in(agent=ask.agent, text=ask.query)
+    candidates = fact_candidates(
+        agent=ask.agent,
+        query=ask.query,
+        query_embedding=ask.vector.get(),
+        limit=max(ask.limit, CANDIDATE_PAIRS),
+        named=named,
+    )
+    question = about.Question.of(ask.query, (m.entity.pk for m in named))
+    names = _subject_names(ask.agent, {c.fact_text.subject_id for c in candidates})
+    implied_floor = settings.PIPER_FACT_IMPLIED_MIN_SIMILARITY
+    judged = []
+    weak = 0
+    for candidate in candidates:
+        text = candidate.fact_text
+        verdict = about.judge(
+            question,
+            subject_id=text.subject_id,
+            subject_names=names.get(text.subject_id) or [text.subject.name],
+            predicate_name=text.predicate.name,
+            predicate_description=text.predicate.description,
+        )
+        accepted = verdict.accepted
+        if accepted and verdict.subject == about.IMPLIED:
+            # No subject in the question: only a close text answers it.
+            similarity = candidate.signals.get("vector_similarity")
+            if similarity is None or similarity < implied_floor:
+                accepted = False
+                weak += 1
+        judged.append((candidate, verdict, accepted))
+    # What answers, best first: named subjects before implied ones, a stated
+    # predicate before a described one; then the candidates' own order.
+    order = {id(c): n for n, (c, _, _) in enumerate(judged)}
+    answering = sorted(
+        (x for x in judged if x[2]), key=lambda x: (x[1].sort_key(), order[id(x[0])])
+    )
+    rejected = [x for x in judged if not x[2]]
+
+    def lookup(candidate):
+        return facts.facts_valid_at_by_ref(
+            agent=ask.agent,
+            subject_ref=str(candidate.fact_text.subject_id),
+            predicate_name=candidate.predicate_name,
+            valid_time=ask.now,
+        )
+
+    def evidence_of(candidate, verdict, believed) -> list[Evidence]:
+        signals = {**candidate.signals, "about": verdict.as_dict()}
+        return [
+            _fact_evidence(
+                fact,
+                score=candidate.score,
+                currentness=CONTESTED if fact.open_contests else CURRENT,
+                now=ask.now,
+                signals=signals,
+            )
+            for fact in believed
+        ]
+
+    def ended(candidate, verdict, subject, predicate) -> Evidence | None:
+        # The latest believed value whose valid time has ended: what it was before.
+        fact = (
+            facts.fact_chain(agent=ask.agent, subject=subject, predicate=predicate)
+            .filter(facts.BELIEVED, valid_to__lte=ask.now)
+            .order_by("-valid_to", "-recorded_at", "id")
+            .first()
+        )
+        if fact is None:
+            return None
+        return _fact_evidence(
+            fact,
+            score=round(candidate.score / 2, 6),
+            currentness=SUPERSEDED,
+            now=ask.now,
+            signals={**candidate.signals, "about": verdict.as_dict()},
+        )
+
+    traced: dict[int, dict[str, Any]] = {}
+
+    def trace(candidate, verdict, accepted, believed=None) -> None:
+        entry = traced.setdefault(
+            id(candidate),
+            {
+                "kind": "fact_text",
+                "id": str(candidate.fact_text.pk),
+                "subject": candidate.fact_text.subject.name,
+                "predicate": candidate.predicate_name,
+                "score": candidate.score,
+                "signals": candidate.signals,
+                "about": verdict.as_dict(),
+                "accepted": accepted,
+            },
+        )
+        if believed is not None:
+            entry["current"] = [str(f.pk) for f in believed]
+
+    for candidate, verdict, accepted in judged:
+        trace(candidate, verdict, accepted)
+    current: list[Evidence] = []
+    looked_up = []
+    for candidate, verdict, accepted in answering:
+        if len(current) >= ask.limit:
+            break
+        subject, predicate, believed = lookup(candidate)
+        trace(candidate, verdict, accepted, believed)
+        looked_up.append((candidate, verdict, subject, predicate, bool(believed)))
+        current += evidence_of(candidate, verdict, believed)
+    evidence = current[: ask.limit]
+    if evidence:
+        # What the kept pairs held before, after the current values, in the
+        # room the limit leaves.
+        kept = {(e.obj.subject_id, e.obj.predicate_id) for e in evidence}
+        history = []
+        for candidate, verdict, subject, predicate, has_current in looked_up:
+            if len(evidence) + len(history) >= ask.limit:
+                break
+            if not has_current or (subject.pk, predicate.pk) not in kept:
+                continue
+            if (before := ended(candidate, verdict, subject, predicate)) is not None:
+                history.append(before)
+        return Answer(
+            evidence=evidence + history,
+            candidates=list(traced.values()),
+            abstained=False,
+            details={"facts": {"named": [m.alias for m in named], "answering": len(answering)}},
+        )
+    # Nothing answers: the pairs that did (with nothing current) or came
+    # nearest, their current or last value each — a near miss, never evidence.
+    near: list[Evidence] = []
+    room = min(ask.limit, NEAR_MISS_PAIRS)
+    nearest = [(c, v) for c, v, _ in answering] + sorted(
+        ((c, v) for c, v, _ in rejected), key=lambda x: (x[1].sort_key(), order[id(x[0])])
+    )
+    for candidate, verdict in nearest[:room]:
+        subject, predicate, believed = lookup(candidate)
+        trace(candidate, verdict, False, believed)
+        if believed:
+            near += evidence_of(candidate, verdict, believed)
+        elif (before := ended(candidate, verdict, subject, predicate)) is not None:
+            near.append(before)
+    reason = _abstention_reason([v for _, v, _ in judged], answering=len(answering), weak=weak)
+    return Answer(
+        evidence=[],
+        near_misses=near[:room],
+        candidates=list(traced.values()),
+        abstained=True,
+        details={"facts": {"named": [m.alias for m in named], "abstained_because": reason}},
+    )

@@ -1,0 +1,101 @@
+"""What every route returns and shares: evidence, answers, the question as asked."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from piper.tenancy.models import Agent
+
+from .. import router
+from ..models import RetrievalTrace
+from .inputs import RecallFilters
+
+CURRENT, SUPERSEDED, CONTESTED, NOT_APPLICABLE = "current", "superseded", "contested", "n/a"
+
+
+@dataclass
+class Evidence:
+    """One piece of evidence: what it is, why to believe it, how well it matched."""
+
+    kind: str  # fact | episode | chunk | skill | intention | path
+    id: str
+    text: str
+    score: float
+    memory_status: dict[str, Any]
+    obj: Any  # the Fact, Episode, SourceChunk, skills Candidate, Intention or facts Path
+    signals: dict[str, Any] = field(default_factory=dict)
+    session_id: str = ""
+    occurred_at: datetime | None = None
+
+    def trace_entry(self) -> dict[str, Any]:
+        entry = {"kind": self.kind, "id": self.id, "score": self.score}
+        if self.signals:
+            entry["signals"] = self.signals
+        return entry
+
+
+@dataclass
+class Answer:
+    """What a route's store said."""
+
+    evidence: list[Evidence]
+    near_misses: list[Evidence] = field(default_factory=list)
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    abstained: bool | None = None  # None: abstained when there is no evidence
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecallResult:
+    trace: RetrievalTrace
+    decision: router.Decision
+    evidence: list[Evidence]
+    near_misses: list[Evidence]
+    groups: list[dict[str, Any]]
+    abstained: bool
+    latency_ms: float
+    details: dict[str, Any]
+
+
+class _QueryVector:
+    """The query's embedding, computed at most once and only if a route needs it."""
+
+    def __init__(self, query: str):
+        self.query = query
+        self._vector: list[float] | None = None
+        self.embedder = None
+
+    def get(self) -> list[float]:
+        if self._vector is None:
+            from piper.embeddings import get_embedder
+
+            self.embedder = get_embedder()
+            self._vector = self.embedder.embed_one(self.query)
+        return self._vector
+
+    @property
+    def model(self) -> str:
+        return self.embedder.name if self.embedder is not None else ""
+
+
+@dataclass(frozen=True)
+class Ask:
+    agent: Agent
+    query: str
+    vector: _QueryVector
+    limit: int
+    filters: RecallFilters
+    context: dict
+    scopes: Sequence[str] | None
+    now: datetime
+
+
+def _age(now: datetime, then: datetime | None) -> int | None:
+    return None if then is None else max(0, int((now - then).total_seconds()))
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()

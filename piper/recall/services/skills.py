@@ -1,0 +1,69 @@
+"""The how_to route: skills that match the task, with how often they worked lately."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .results import CURRENT, NOT_APPLICABLE, Answer, Ask, Evidence, _age, _when
+
+
+def _skill_evidence(candidate, version, now: datetime) -> Evidence:
+    from skills.selectors import rate
+
+    v = candidate.version
+    status = {
+        "source": {"type": "skill", "ref": v.skill.name, "event_id": None},
+        "age_seconds": None,
+        "authority": None,
+        "currentness": CURRENT if v.status == "validated" else NOT_APPLICABLE,
+        "confidence": None,
+        "status": v.status,
+        "similarity": candidate.similarity,
+        "reasons": candidate.reasons,
+    }
+    if version is not None:
+        event = version.source_event
+        status.update(
+            source={
+                "type": event.source_type,
+                "ref": v.skill.name,
+                "event_id": str(event.pk),
+            },
+            age_seconds=_age(now, version.created_at),
+            authority=event.authority,
+            # How often it worked lately: what a validated skill's confidence is.
+            confidence=rate(version.recent_successes or 0, version.recent_total or 0),
+            last_used_at=_when(version.last_used_at),
+            executions=version.executions_total,
+        )
+    return Evidence(
+        kind="skill",
+        id=str(v.pk),
+        text=v.purpose,
+        score=candidate.score,
+        obj=candidate,
+        signals={"similarity": candidate.similarity, "trigger": candidate.trigger.strength},
+        memory_status=status,
+    )
+
+
+def _how_to(ask: Ask) -> Answer:
+    from skills import selectors as skills
+
+    result = skills.skill_match(
+        agent=ask.agent,
+        task=ask.query,
+        context=ask.context,
+        scopes=ask.scopes,
+        limit=ask.limit,
+    )
+    evidence = []
+    for candidate in result.applicable:
+        version = skills.version_get(agent=ask.agent, version_id=candidate.version.pk)
+        evidence.append(_skill_evidence(candidate, version, ask.now))
+    near = [_skill_evidence(c, None, ask.now) for c in result.near_misses]
+    return Answer(
+        evidence=evidence,
+        near_misses=near,
+        candidates=[e.trace_entry() for e in evidence + near],
+    )
