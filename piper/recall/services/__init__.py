@@ -13,9 +13,9 @@ adds. A superseded fact is never presented as current.
 `recall.feedback` ledger event in the same transaction.
 """
 
+from .dispatch import group_by_session, recall
 from .feedback import MAX_NOTE_CHARS, recall_feedback
 from .inputs import MAX_LIMIT, RecallFilters
-from .recall import group_by_session, recall
 from .results import Answer, Evidence, RecallResult
 
 __all__ = [
