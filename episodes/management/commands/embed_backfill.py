@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
 from episodes import selectors, services
+from piper.tenancy.commands import agent_named
 from piper.tenancy.models import Agent
 
 KINDS = ("episodes", "chunks")
@@ -38,7 +38,7 @@ class Command(BaseCommand):
 
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
-        agents = [_agent(agent)] if agent else list(Agent.objects.order_by("name"))
+        agents = [agent_named(agent)] if agent else list(Agent.objects.order_by("name"))
         embedder = get_embedder()
         stale = embedder.name if options["reembed_stale"] else None
         kinds = KINDS if kind == "all" else (kind,)
@@ -119,13 +119,3 @@ def _progress(total: int, name: str, *, disabled: bool, out):
     except ImportError:
         return _PlainBar(total, name, out)
     return tqdm(total=total, desc=name, unit="row", file=out._out, dynamic_ncols=True)
-
-
-def _agent(ref: str) -> Agent:
-    try:
-        agent = Agent.objects.filter(pk=uuid.UUID(ref)).first()
-    except ValueError:
-        agent = Agent.objects.filter(name=ref).first()
-    if agent is None:
-        raise CommandError(f"no agent {ref!r}")
-    return agent

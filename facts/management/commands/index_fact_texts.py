@@ -2,11 +2,11 @@
 recorded before the texts existed, or after a lost task. Idempotent."""
 
 import time
-import uuid
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from facts.search import fact_texts_refresh
+from piper.tenancy.commands import agent_named
 from piper.tenancy.models import Agent
 
 
@@ -26,7 +26,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, agent=None, embed="now", **options):
-        agents = [_agent(agent)] if agent else list(Agent.objects.order_by("name"))
+        agents = [agent_named(agent)] if agent else list(Agent.objects.order_by("name"))
         started = time.perf_counter()
         rendered = changed = 0
         for target in agents:
@@ -37,13 +37,3 @@ class Command(BaseCommand):
             f"fact texts: {rendered} rendered, {changed} new or changed, for {len(agents)} "
             f"agent(s) in {time.perf_counter() - started:.2f} s"
         )
-
-
-def _agent(ref: str) -> Agent:
-    try:
-        agent = Agent.objects.filter(pk=uuid.UUID(ref)).first()
-    except ValueError:
-        agent = Agent.objects.filter(name=ref).first()
-    if agent is None:
-        raise CommandError(f"no agent {ref!r}")
-    return agent

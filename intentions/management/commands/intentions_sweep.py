@@ -1,7 +1,7 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from intentions.services.lifecycle import dependents_sweep
-from piper.tenancy.models import Agent
+from piper.tenancy.commands import agent_named
 
 
 class Command(BaseCommand):
@@ -27,16 +27,3 @@ class Command(BaseCommand):
             )
         verb = "would cancel" if dry_run else "cancelled"
         self.stdout.write(f"{verb} {len(swept)} blocked intention(s)")
-
-
-def agent_named(value: str) -> Agent:
-    """An agent by id or by name (CommandError if there is none)."""
-    import uuid
-
-    try:
-        found = Agent.objects.filter(pk=uuid.UUID(value)).first()
-    except ValueError:
-        found = Agent.objects.filter(name=value).first()
-    if found is None:
-        raise CommandError(f"no agent {value!r}")
-    return found

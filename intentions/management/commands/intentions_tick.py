@@ -1,8 +1,7 @@
 from django.core.management.base import BaseCommand
 
 from intentions.services import engine
-
-from .intentions_sweep import agent_named
+from piper.tenancy.commands import agent_named
 
 
 class Command(BaseCommand):

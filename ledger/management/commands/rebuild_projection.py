@@ -1,10 +1,9 @@
 import time
-import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger import projections
-from piper.tenancy.models import Agent
+from piper.tenancy.commands import agent_named
 
 
 class Command(BaseCommand):
@@ -22,7 +21,7 @@ class Command(BaseCommand):
             rebuild = projections.get(projection)
         except LookupError as exc:
             raise CommandError(str(exc)) from None
-        target = _agent(agent) if agent else None
+        target = agent_named(agent) if agent else None
         started = time.perf_counter()
         applied = rebuild(agent=target)
         elapsed = time.perf_counter() - started
@@ -30,13 +29,3 @@ class Command(BaseCommand):
         self.stdout.write(
             f"rebuilt {projection} for {scope}: {applied} events applied in {elapsed:.2f} s"
         )
-
-
-def _agent(ref: str) -> Agent:
-    try:
-        agent = Agent.objects.filter(pk=uuid.UUID(ref)).first()
-    except ValueError:
-        agent = Agent.objects.filter(name=ref).first()
-    if agent is None:
-        raise CommandError(f"no agent {ref!r}")
-    return agent
