@@ -93,15 +93,37 @@ def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
     last event.
     """
     expected_prev, expected_seq, checked = GENESIS_HASH, 1, 0
+    # Appends go on while the chain is walked: the head is read first, and
+    # only the events it covers are walked (an append commits its events and
+    # the head together, so every event up to the head is visible by then).
+    # Read after the walk, a head moved on by an append looked like removed events.
+    head = ChainHead.objects.filter(agent=agent).first()
     # redacted_at is outside the hash (the purge sets it), so a redaction
-    # counts only with the tombstone the purge path writes beside it.
-    tombstoned = set(Tombstone.objects.filter(agent=agent).values_list("event_id", flat=True))
+    # counts only with the tombstone the purge path writes beside it. A purge
+    # commits both together, so tombstones are read after the events: read
+    # before, a purge in between looked like a redaction without one.
+    redacted: list[dict] = []
 
     def report(brk: ChainBreak | None) -> ChainReport:
+        if redacted:
+            tombstoned = set(
+                Tombstone.objects.filter(
+                    agent=agent, event_id__in=[r["event_id"] for r in redacted]
+                ).values_list("event_id", flat=True)
+            )
+            for where in redacted:  # in seq order, all before brk
+                if uuid.UUID(where["event_id"]) not in tombstoned:
+                    brk = ChainBreak(
+                        **where,
+                        reason="marked redacted without a purge (payload altered or no tombstone)",
+                    )
+                    break
         return ChainReport(str(agent.pk), agent.name, checked, brk)
 
-    events = Event.objects.filter(agent=agent).order_by("seq").iterator(chunk_size=chunk_size)
-    for event in events:
+    events = Event.objects.filter(agent=agent)
+    if head is not None:
+        events = events.filter(seq__lte=head.last_seq)
+    for event in events.order_by("seq").iterator(chunk_size=chunk_size):
         checked += 1
         where = {"seq": event.seq, "event_id": str(event.pk)}
         if event.seq != expected_seq:
@@ -119,19 +141,20 @@ def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
             return report(
                 ChainBreak(**where, reason="payload does not match payload_hash (payload altered)")
             )
-        if event.redacted_at is not None and (event.payload != {} or event.pk not in tombstoned):
+        if event.redacted_at is not None and event.payload != {}:
             return report(
                 ChainBreak(
                     **where,
                     reason="marked redacted without a purge (payload altered or no tombstone)",
                 )
             )
+        if event.redacted_at is not None:
+            redacted.append(where)
         if event_hash(event) != event.hash:
             return report(
                 ChainBreak(**where, reason="hash does not match the event's fields (event altered)")
             )
         expected_prev, expected_seq = event.hash, expected_seq + 1
-    head = ChainHead.objects.filter(agent=agent).first()
     if head is not None and (head.last_seq, head.last_hash) != (expected_seq - 1, expected_prev):
         return report(
             ChainBreak(
@@ -140,4 +163,21 @@ def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
                 reason=f"chain head says seq {head.last_seq} but the chain ends at {expected_seq - 1} (events removed)",
             )
         )
+    if head is not None:
+        # An event past the head is an append committed since (its head moved
+        # with it, so reading the head again after it shows that), or a row
+        # written around the chain.
+        beyond = Event.objects.filter(agent=agent, seq__gt=head.last_seq).order_by("seq").first()
+        if beyond is not None and (
+            ChainHead.objects.filter(agent=agent).values_list("last_seq", flat=True).first()
+            == head.last_seq
+        ):
+            return report(
+                ChainBreak(
+                    seq=beyond.seq,
+                    event_id=str(beyond.pk),
+                    reason=f"seq {beyond.seq} lies past the chain head ({head.last_seq}): "
+                    "not appended through the chain",
+                )
+            )
     return report(None)

@@ -123,3 +123,32 @@ def test_concurrent_registrations_of_one_document_make_one_source():
         "source.registered"
     ]
     assert chain_verify(agent=agent).ok
+
+
+def test_verifying_a_chain_while_it_grows_reports_no_false_break():
+    # The head used to be read after the walk: an append in between made it
+    # look like events had been removed (seen in a CI run: a worker chunking a
+    # source appended while a test verified the chain).
+    agent = AgentFactory()
+    event_append(agent=agent, event_type="a.first")
+    stop = threading.Event()
+
+    @in_thread
+    def writer():
+        appended = 0
+        while not stop.is_set() and appended < 3000:
+            event_append(agent=agent, event_type="a.more")
+            appended += 1
+        return appended
+
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(writer)
+        try:
+            reports = [chain_verify(agent=agent) for _ in range(60)]
+        finally:
+            stop.set()
+        appended = running.result()
+
+    assert appended > 0
+    assert [r.first_break for r in reports if not r.ok] == []
+    assert chain_verify(agent=agent).ok

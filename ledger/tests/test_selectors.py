@@ -122,6 +122,33 @@ class TestChainVerify:
             reason="chain head says seq 5 but the chain ends at 4 (events removed)",
         )
 
+    def test_an_event_written_past_the_head_is_detected(self, chain):
+        agent, events = chain
+        behind_the_triggers_back(
+            "UPDATE ledger_chainhead SET last_seq = 4, last_hash = %s WHERE agent_id = %s",
+            [events[3].hash, agent.pk],
+        )
+        assert chain_verify(agent=agent).first_break == ChainBreak(
+            seq=5,
+            event_id=str(events[4].pk),
+            reason="seq 5 lies past the chain head (4): not appended through the chain",
+        )
+
+    def test_a_redaction_without_tombstone_is_reported_before_a_later_break(self, chain):
+        agent, events = chain
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET payload = '{}'::jsonb, redacted_at = now() WHERE id = %s",
+            [events[0].pk],
+        )
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET prev_hash = repeat('0', 64) WHERE id = %s", [events[3].pk]
+        )
+        assert chain_verify(agent=agent).first_break == ChainBreak(
+            seq=1,
+            event_id=str(events[0].pk),
+            reason="marked redacted without a purge (payload altered or no tombstone)",
+        )
+
     def test_legitimate_purge_verifies(self, chain):
         agent, events = chain
         event_redact(agent=agent, event_id=events[0].pk, reason="erasure")
