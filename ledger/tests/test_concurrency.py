@@ -119,9 +119,9 @@ def test_concurrent_registrations_of_one_document_make_one_source():
     assert results[0][0].pk == results[1][0].pk
     assert sorted(created for _, created in results) == [False, True]
     assert Source.objects.filter(agent=agent).count() == 1
-    assert list(Event.objects.filter(agent=agent).values_list("event_type", flat=True)) == [
-        "source.registered"
-    ]
+    # One registration event; a test worker may meanwhile chunk the source and
+    # append its own events, so only the registrations are counted.
+    assert Event.objects.filter(agent=agent, event_type="source.registered").count() == 1
     assert chain_verify(agent=agent).ok
 
 
