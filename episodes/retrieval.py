@@ -467,14 +467,6 @@ class _Key:
             self.tiebreak = (str(self.source_id), self.ordinal)
 
 
-def _instance(model: type, attnames: list[str], row: Sequence, *, embedded: bool):
-    """A model instance from a row of some of its columns, with `embedded` set as
-    the selectors annotate it (the vector itself is never loaded)."""
-    obj = model.from_db(connection.alias, attnames, row)
-    obj.embedded = embedded
-    return obj
-
-
 def _in_field_order(model: type, columns: Sequence[str]) -> list[str]:
     wanted = set(columns)
     return [f.column for f in model._meta.concrete_fields if f.column in wanted]
@@ -749,22 +741,18 @@ class _Candidate:
 # `_fuse` turns positions into the fused score.
 
 
-def _tiebreak(c: _Candidate) -> tuple:
-    return c.obj.tiebreak
-
-
 def _text_list(cands: list[_Candidate], **_) -> list[_Candidate]:
     for c in cands:
         c.signals["text_rank"] = None if c.text_rank is None else round(c.text_rank, 6)
     ranked = [c for c in cands if c.ranked("text_rank") is not None]
-    return sorted(ranked, key=lambda c: (-round(c.ranked("text_rank"), 9), *_tiebreak(c)))
+    return sorted(ranked, key=lambda c: (-round(c.ranked("text_rank"), 9), *c.obj.tiebreak))
 
 
 def _vector_list(cands: list[_Candidate], **_) -> list[_Candidate]:
     for c in cands:
         c.signals["vector_similarity"] = None if c.similarity is None else round(c.similarity, 6)
     ranked = [c for c in cands if c.ranked("similarity") is not None]
-    return sorted(ranked, key=lambda c: (-round(c.ranked("similarity"), 9), *_tiebreak(c)))
+    return sorted(ranked, key=lambda c: (-round(c.ranked("similarity"), 9), *c.obj.tiebreak))
 
 
 def _recency_list(cands: list[_Candidate], *, now: datetime, **_) -> list[_Candidate]:
@@ -772,14 +760,14 @@ def _recency_list(cands: list[_Candidate], *, now: datetime, **_) -> list[_Candi
     for c in cands:
         age = max((now - c.obj.occurred_at).total_seconds(), 0.0)
         c.signals["recency"] = round(math.exp(-math.log(2) * age / half_life), 6)
-    return sorted(cands, key=lambda c: (-c.signals["recency"], *_tiebreak(c)))
+    return sorted(cands, key=lambda c: (-c.signals["recency"], *c.obj.tiebreak))
 
 
 def _entity_list(cands: list[_Candidate], **_) -> list[_Candidate]:
     for c in cands:
         c.signals["shared_entities"] = c.shared or 0
     ranked = [c for c in cands if c.shared]
-    return sorted(ranked, key=lambda c: (-c.shared, *_tiebreak(c)))
+    return sorted(ranked, key=lambda c: (-c.shared, *c.obj.tiebreak))
 
 
 # The lists each kind of search fuses; an entity list only when entities are given.
@@ -1052,7 +1040,9 @@ def _full_rows(spec: _Spec, cands: list[_Candidate]) -> list[tuple[_Candidate, A
     for c in cands:
         if c.obj.pk not in by_id:
             continue  # deleted since the search read it (a purge): not an answer any more
-        out.append((c, _instance(spec.model, attnames, by_id[c.obj.pk], embedded=c.embedded)))
+        obj = spec.model.from_db(connection.alias, attnames, by_id[c.obj.pk])
+        obj.embedded = c.embedded  # as the selectors annotate it (the vector is not loaded)
+        out.append((c, obj))
     return out
 
 
@@ -1092,7 +1082,7 @@ def _search(
         c.signals["coverage"] = None if c.coverage is None else round(c.coverage, 6)
         c.signals["evidence"] = None if c.evidence is None else round(c.evidence, 6)
         c.signals["embedded"] = int(c.embedded)
-    cands.sort(key=lambda c: (-round(c.score, 12), *_tiebreak(c)))
+    cands.sort(key=lambda c: (-round(c.score, 12), *c.obj.tiebreak))
 
     evidence = max((c.evidence for c in cands if c.evidence is not None), default=None)
     abstained = abstain and (evidence is None or evidence < fetched.threshold)
