@@ -3,10 +3,31 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from .. import router
 from .results import NOT_APPLICABLE, Answer, Ask, Evidence, _age, _when
+
+
+def _search_answer(result, evidence_of: Callable[[Any], Evidence], **details) -> Answer:
+    """An episode or chunk search's result as a route's answer: its hits and near
+    misses as evidence, the abstention and what decided it."""
+    evidence = [evidence_of(hit) for hit in result.hits]
+    near = [evidence_of(hit) for hit in result.near_misses]
+    return Answer(
+        evidence=evidence,
+        near_misses=near,
+        candidates=[e.trace_entry() for e in evidence + near],
+        abstained=result.abstained,
+        details={
+            "threshold": result.threshold,
+            "evidence_score": result.evidence_score,
+            "embedding_model": result.embedding_model,
+            **details,
+        },
+    )
 
 
 def _episode_evidence(hit, now: datetime) -> Evidence:
@@ -73,19 +94,7 @@ def _what_happened(ask: Ask) -> Answer:
         limit=ask.limit,
         now=ask.now,
     )
-    evidence = [_episode_evidence(hit, ask.now) for hit in result.hits]
-    near = [_episode_evidence(hit, ask.now) for hit in result.near_misses]
-    return Answer(
-        evidence=evidence,
-        near_misses=near,
-        candidates=[e.trace_entry() for e in evidence + near],
-        abstained=result.abstained,
-        details={
-            "threshold": result.threshold,
-            "evidence_score": result.evidence_score,
-            "embedding_model": result.embedding_model,
-        },
-    )
+    return _search_answer(result, lambda hit: _episode_evidence(hit, ask.now))
 
 
 _DOC_NAMED = (
@@ -167,18 +176,9 @@ def _source(ask: Ask) -> Answer:
         .defer("content", "source_event__payload")
         .in_bulk()
     )
-    evidence = [_chunk_evidence(h, sources[h.obj.source_id], ask.now) for h in result.hits]
-    near = [_chunk_evidence(h, sources[h.obj.source_id], ask.now) for h in result.near_misses]
-    return Answer(
-        evidence=evidence,
-        near_misses=near,
-        candidates=[e.trace_entry() for e in evidence + near],
-        abstained=result.abstained,
-        details={
-            "threshold": result.threshold,
-            "evidence_score": result.evidence_score,
-            "embedding_model": result.embedding_model,
-            "source_id": str(source_id) if source_id else None,
-            "source_named": named.title if named is not None else None,
-        },
+    return _search_answer(
+        result,
+        lambda hit: _chunk_evidence(hit, sources[hit.obj.source_id], ask.now),
+        source_id=str(source_id) if source_id else None,
+        source_named=named.title if named is not None else None,
     )
