@@ -601,12 +601,19 @@ def unmet(dependencies) -> bool:
     return any(pk not in done for pk in pending)
 
 
+def _blocked_dependents(intention: Intention):
+    """The blocked intentions that wait directly on `intention`."""
+    return Intention.objects.filter(
+        dependency_links__depends_on=intention, status=IntentionStatus.BLOCKED
+    )
+
+
 def lock_dependents(intention: Intention) -> None:
     """Lock the rows release_dependents may change, before the caller writes to
     the ledger: the lock order everywhere is intention rows, then chain head."""
     list(
-        Intention.objects.select_for_update(no_key=True)
-        .filter(dependency_links__depends_on=intention, status=IntentionStatus.BLOCKED)
+        _blocked_dependents(intention)
+        .select_for_update(no_key=True)
         .order_by("pk")
         .values_list("pk", flat=True)
     )
@@ -617,9 +624,7 @@ def release_dependents(*, intention: Intention, at: datetime) -> list[Fired]:
     done are released: a dependency trigger fires; any other trigger is re-armed
     (active) and fires on its own cue."""
     fired = []
-    for dependent in Intention.objects.filter(
-        dependency_links__depends_on=intention, status=IntentionStatus.BLOCKED
-    ).select_related("agent"):
+    for dependent in _blocked_dependents(intention).select_related("agent"):
         if unmet(
             [link.depends_on for link in dependent.dependency_links.select_related("depends_on")]
         ):
