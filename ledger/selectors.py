@@ -84,6 +84,9 @@ class ChainReport:
         return self.first_break is None
 
 
+REDACTED_WITHOUT_PURGE = "marked redacted without a purge (payload altered or no tombstone)"
+
+
 def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
     """Walk the agent's chain in seq order and report the first broken link.
 
@@ -102,22 +105,20 @@ def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
     # counts only with the tombstone the purge path writes beside it. A purge
     # commits both together, so tombstones are read after the events: read
     # before, a purge in between looked like a redaction without one.
-    redacted: list[dict] = []
+    redacted: dict[uuid.UUID, dict] = {}  # event id -> where, in seq order
 
     def report(brk: ChainBreak | None) -> ChainReport:
-        if redacted:
-            tombstoned = set(
-                Tombstone.objects.filter(
-                    agent=agent, event_id__in=[r["event_id"] for r in redacted]
-                ).values_list("event_id", flat=True)
+        tombstoned = set(
+            Tombstone.objects.filter(agent=agent, event_id__in=list(redacted)).values_list(
+                "event_id", flat=True
             )
-            for where in redacted:  # in seq order, all before brk
-                if uuid.UUID(where["event_id"]) not in tombstoned:
-                    brk = ChainBreak(
-                        **where,
-                        reason="marked redacted without a purge (payload altered or no tombstone)",
-                    )
-                    break
+            if redacted
+            else ()
+        )
+        # Each redacted event came before `brk`: the first without its tombstone is the break.
+        unpurged = next((w for pk, w in redacted.items() if pk not in tombstoned), None)
+        if unpurged is not None:
+            brk = ChainBreak(**unpurged, reason=REDACTED_WITHOUT_PURGE)
         return ChainReport(str(agent.pk), agent.name, checked, brk)
 
     events = Event.objects.filter(agent=agent)
@@ -142,14 +143,9 @@ def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
                 ChainBreak(**where, reason="payload does not match payload_hash (payload altered)")
             )
         if event.redacted_at is not None and event.payload != {}:
-            return report(
-                ChainBreak(
-                    **where,
-                    reason="marked redacted without a purge (payload altered or no tombstone)",
-                )
-            )
+            return report(ChainBreak(**where, reason=REDACTED_WITHOUT_PURGE))
         if event.redacted_at is not None:
-            redacted.append(where)
+            redacted[event.pk] = where
         if event_hash(event) != event.hash:
             return report(
                 ChainBreak(**where, reason="hash does not match the event's fields (event altered)")
