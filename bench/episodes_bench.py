@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/episodes_bench.py [--agents 10] [--per-agent 100000]
         [--distinct 30000] [--queries 300] [--reload]
-        [--only world,ingest,embed,search,recall_at_10,http,explain]
+        [--only world,graphs,ingest,embed,search,recall_at_10,http,explain]
 
 Runs in a database of its own on the embedded server (PIPER_DB_NAME, default
 piper_bench_episodes), so it never disturbs tests or the other benchmarks.
@@ -20,11 +20,17 @@ world   Builds `agents` agents x `per-agent` episodes (1M by default) unless a
         with COPY, the HNSW and GIN indexes dropped first and rebuilt after
         (maintenance_work_mem 4GB); the ingest path itself is measured
         separately.
+graphs  Gives every agent past EPISODES_AGENT_GRAPH_MIN_ROWS (all ten, at 100k
+        each) its own HNSW graph, as celery-beat's episodes.build_agent_graphs
+        does (episodes/agent_graphs.py); leave it out to measure the global
+        graph alone (drop the episodes_hnsw_agent_* indexes first).
 ingest  `episodes.services.episodes_record` in batches of 1,000 into a fresh
         agent (embeddings deferred: the embedding task is queued after commit
         and not run here); episodes/s, best of the passes.
 embed   The embed task's path over those rows: `episodes.tasks` embedding of
-        unembedded episodes in batches; texts/s.
+        unembedded episodes in batches; texts/s. With `graphs`, half of them
+        into the global graph only, then the agent gets its own graph and the
+        other half goes into both.
 search  `episodes.retrieval.episode_search` in-process with a precomputed query
         embedding (query texts are new generated episodes; the embedding is
         excluded from the timing), p50/p95 over `queries` queries for one agent
@@ -339,8 +345,26 @@ def measure_ingest(args) -> dict:
     }
 
 
-def measure_embed(agent) -> dict:
+def _embed_rate(ids) -> dict:
     from episodes import tasks
+
+    started = time.perf_counter()
+    cpu = time.process_time()
+    for i in range(0, len(ids), 256):
+        tasks.embed_episodes.run([str(x) for x in ids[i : i + 256]])  # the task body, here
+    wall = time.perf_counter() - started
+    return {
+        "episodes": len(ids),
+        "per_s": round(len(ids) / wall),
+        "per_cpu_s_of_this_process": round(len(ids) / (time.process_time() - cpu)),
+        "load": load_average(),
+    }
+
+
+def measure_embed(agent, own_graph: bool) -> dict:
+    """The first half into the global graph only; with `own_graph`, the agent then
+    gets its own graph (as a large agent would) and the second half goes into both."""
+    from episodes.agent_graphs import AgentGraph, agent_graph_build, graph_name
     from episodes.models import Episode
 
     ids = list(
@@ -348,20 +372,28 @@ def measure_embed(agent) -> dict:
         .order_by("id")
         .values_list("id", flat=True)
     )
+    half = len(ids) // 2 if own_graph else len(ids)
+    out = {"global_graph": _embed_rate(ids[:half])}
+    if own_graph:
+        graph = AgentGraph(agent.pk, len(ids), graph_name(agent.pk), "missing")
+        log(f"embed: the ingest agent's own graph built in {agent_graph_build(graph):.1f} s")
+        out["global_and_own_graph"] = _embed_rate(ids[half:])
+    out["left_unembedded"] = Episode.objects.filter(agent=agent, embedding__isnull=True).count()
+    return out
+
+
+def build_agent_graphs() -> dict:
+    """What celery-beat's episodes.build_agent_graphs does: every agent past
+    EPISODES_AGENT_GRAPH_MIN_ROWS gets its own graph."""
+    from episodes.agent_graphs import agent_graphs, agent_graphs_build_missing
+
     started = time.perf_counter()
-    cpu = time.process_time()
-    done = 0
-    for i in range(0, len(ids), 256):
-        chunk = [str(x) for x in ids[i : i + 256]]
-        tasks.embed_episodes.run(chunk)  # the task body, in this process
-        done += len(chunk)
-    wall = time.perf_counter() - started
-    left = Episode.objects.filter(agent=agent, embedding__isnull=True).count()
+    built = agent_graphs_build_missing()
     return {
-        "episodes": done,
-        "per_s": round(done / wall),
-        "per_cpu_s_of_this_process": round(done / (time.process_time() - cpu)),
-        "left_unembedded": left,
+        "built": len(built),
+        "seconds_each": [round(b.seconds, 1) for b in built],
+        "seconds": round(time.perf_counter() - started, 1),
+        "present": sum(g.state == "present" for g in agent_graphs()),
         "load": load_average(),
     }
 
@@ -577,7 +609,9 @@ def main() -> int:
     parser.add_argument("--http-requests", type=int, default=200)
     parser.add_argument("--reload", action="store_true")
     parser.add_argument(
-        "--only", default="world,ingest,embed,search,recall_at_10,http", help="comma-separated"
+        "--only",
+        default="world,graphs,ingest,embed,search,recall_at_10,http",
+        help="comma-separated",
     )
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -590,15 +624,20 @@ def main() -> int:
     print(f"embedder: {get_embedder().name}; {load_average()}")
     results: dict = {}
     agents = (
-        build_world(args) if only & {"world", "search", "recall_at_10", "http", "explain"} else []
+        build_world(args)
+        if only & {"world", "graphs", "search", "recall_at_10", "http", "explain"}
+        else []
     )
+    if agents and "graphs" in only:
+        results["graphs"] = build_agent_graphs()
+        log(f"agent graphs: {results['graphs']}")
     if "ingest" in only:
         ingest = measure_ingest(args)
         ingest_agent = ingest.pop("agent")
         results["ingest"] = ingest
         log(f"ingest: {ingest}")
         if "embed" in only:
-            results["embed"] = measure_embed(ingest_agent)
+            results["embed"] = measure_embed(ingest_agent, own_graph="graphs" in only)
             log(f"embed: {results['embed']}")
     if agents and only & {"search", "recall_at_10", "http", "explain"}:
         target = agents[len(agents) // 2]

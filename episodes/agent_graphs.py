@@ -7,7 +7,14 @@ visited ~1,540 tuples and removed 1,508 by filter (12.7 ms). With a partial
 index `WHERE agent_id = …` over the agent's own 100k rows, the planner takes
 that index, since queries carry the agent id as a literal. Recall was 1.0 and the window took
 7.8 ms (docs/benchmarks.md, episodes). The agent's new vectors are then
-inserted into two graphs, which is why only agents above a size get one.
+inserted into two graphs, which is why only agents above a size get one, and
+only the EPISODES_AGENT_GRAPH_MAX_GRAPHS largest: every index on the table is
+opened and its predicate checked on each insert, and weighed by the planner.
+
+celery-beat runs `agent_graphs_build_missing` hourly (episodes.build_agent_graphs);
+`manage.py episodes_agent_graphs` runs it by hand. Retrieval looks the graph up
+by name (`graph_name`) and, when it is there and valid, sends smaller filtered
+sets through it (episodes.retrieval, AGENT_GRAPH_EXACT_SCAN_MAX_ROWS).
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ from django.db import connection
 from .models import Episode
 
 PREFIX = "episodes_hnsw_agent_"
+# One build at a time across workers and commands (a session-level advisory
+# lock: it goes with the session if the process dies mid-build).
+BUILD_LOCK = "episodes.agent_graphs.build"
 
 
 def graph_name(agent_id: uuid.UUID) -> str:
@@ -33,17 +43,22 @@ class AgentGraph:
     agent_id: uuid.UUID
     rows: int
     index: str
-    state: str  # "present", "missing" or "invalid" (a concurrent build that failed)
+    # "present", "missing", "invalid" (a concurrent build that failed) or
+    # "over-limit" (not among the EPISODES_AGENT_GRAPH_MAX_GRAPHS largest; none is built)
+    state: str
 
 
 def _global_graph():
     return next(i for i in Episode._meta.indexes if i.name == "episodes_embedding_hnsw")
 
 
-def agent_graphs(*, min_rows: int | None = None) -> list[AgentGraph]:
+def agent_graphs(*, min_rows: int | None = None, max_graphs: int | None = None) -> list[AgentGraph]:
     """Every agent holding at least `min_rows` episodes (EPISODES_AGENT_GRAPH_MIN_ROWS),
-    with the state of its own graph, largest first."""
+    with the state of its own graph, largest first. Past the `max_graphs`
+    (EPISODES_AGENT_GRAPH_MAX_GRAPHS) largest, an agent without a graph is
+    "over-limit"; one that has a graph keeps it."""
     min_rows = settings.EPISODES_AGENT_GRAPH_MIN_ROWS if min_rows is None else min_rows
+    max_graphs = settings.EPISODES_AGENT_GRAPH_MAX_GRAPHS if max_graphs is None else max_graphs
     table = Episode._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
@@ -59,11 +74,54 @@ def agent_graphs(*, min_rows: int | None = None) -> list[AgentGraph]:
         )
         built = dict(cursor.fetchall())
     out = []
-    for agent_id, rows in large:
+    for rank, (agent_id, rows) in enumerate(large):
         name = graph_name(agent_id)
-        state = "missing" if name not in built else ("present" if built[name] else "invalid")
+        if name in built:
+            state = "present" if built[name] else "invalid"
+        else:
+            state = "missing" if rank < max_graphs else "over-limit"
         out.append(AgentGraph(agent_id, rows, name, state))
     return out
+
+
+class BuildRunning(Exception):
+    """Another process holds BUILD_LOCK."""
+
+
+@dataclass(frozen=True)
+class Built:
+    graph: AgentGraph
+    seconds: float
+
+
+def agent_graphs_build_missing(
+    *,
+    min_rows: int | None = None,
+    max_graphs: int | None = None,
+    time_budget_seconds: float | None = None,
+) -> list[Built]:
+    """Build every missing or invalid graph of `agent_graphs`, largest agent first,
+    one at a time; no new build starts once `time_budget_seconds` have passed (the
+    rest is left to the next run). Raises BuildRunning if another build holds the lock."""
+    if connection.in_atomic_block:
+        raise RuntimeError("agent graphs cannot be built inside a transaction")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [BUILD_LOCK])
+        if not cursor.fetchone()[0]:
+            raise BuildRunning("another agent graph build is running")
+    try:
+        started = time.monotonic()
+        done = []
+        for graph in agent_graphs(min_rows=min_rows, max_graphs=max_graphs):
+            if graph.state not in ("missing", "invalid"):
+                continue
+            if time_budget_seconds is not None and time.monotonic() - started > time_budget_seconds:
+                break
+            done.append(Built(graph, agent_graph_build(graph)))
+        return done
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [BUILD_LOCK])
 
 
 def agent_graph_build(graph: AgentGraph) -> float:

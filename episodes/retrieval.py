@@ -18,7 +18,10 @@ fusion (RRF: score = Σ weight / (RRF_K + position)):
   only ef_search neighbours of every agent and returns what is left of them),
   re-ordered by true distance; and if the index still returns too few rows,
   an exact scan. Settings are put back afterwards, also inside a caller's
-  transaction.
+  transaction. A large agent with an HNSW graph of its own (a partial index,
+  episodes.agent_graphs) is searched through that graph, which the planner
+  takes for the agent's id, and a smaller filtered set goes through the graph
+  (AGENT_GRAPH_EXACT_SCAN_MAX_ROWS).
 * **recency** — newer first, a small weight; `recency` in the signals is
   exp-decay with RECENCY_HALF_LIFE_DAYS.
 * **entities** — episodes sharing names in `SearchFilters.entities` (also
@@ -66,6 +69,7 @@ from django.utils import timezone
 from piper.errors import InvalidInput
 from piper.tenancy.models import Agent
 
+from .agent_graphs import graph_name
 from .models import TEXT_SEARCH_CONFIG, AbstentionCalibration, Episode, Outcome, SourceChunk
 
 # ---------------------------------------------------------------- constants
@@ -110,6 +114,11 @@ SESSION_WEIGHT = 0.5
 # 8,000 holds one actor of a 100k-row agent (~6,300 rows, bench/episodes_bench.py):
 # exact in ~10 ms, where the filtered graph walk took 50-70 ms at recall@10 0.91.
 EXACT_SCAN_MAX_ROWS = 8_000
+# An agent with a graph of its own (episodes.agent_graphs) walks only its own
+# nodes, so a filter keeping 3,000+ of them finds its k through the graph faster
+# than an exact scan: one actor of a 100k-row agent (~6,600 rows) took ANN 3 ms
+# at recall@10 0.99 there, against ~6 ms exact (docs/benchmarks.md).
+AGENT_GRAPH_EXACT_SCAN_MAX_ROWS = 3_000
 EXACT_SCAN_HEAP_MAX_ROWS = 500
 EXACT_SCAN_COVERED = frozenset({"actor", "occurred_after", "occurred_before"})
 # 100 gave recall@10 0.945-0.995 against exact on the test's clustered data, 200
@@ -823,11 +832,14 @@ def _evidence(c: _Candidate) -> float | None:
 # ------------------------------------------------------------ the search
 
 
-def _prepare(cursor, query: str, model_name: str, ef_search: int | None) -> tuple:
+def _prepare(
+    cursor, query: str, model_name: str, ef_search: int | None, own_graph: str | None
+) -> tuple:
     """One statement: the query's lexemes (in order), the calibrated threshold,
-    and — with `ef_search` — the hnsw.* settings for this transaction, returning
-    their previous values. The '[0]'::vector cast loads pgvector (and defines
-    the hnsw.* settings) while the statement is planned."""
+    — with `ef_search` — the hnsw.* settings for this transaction, returning
+    their previous values, and — with `own_graph` — whether that index exists and
+    is valid. The '[0]'::vector cast loads pgvector (and defines the hnsw.*
+    settings) while the statement is planned."""
     settings = ""
     params: list[Any] = [TEXT_SEARCH_CONFIG, query, model_name, EVIDENCE_METRIC]
     if ef_search is not None:
@@ -840,6 +852,12 @@ def _prepare(cursor, query: str, model_name: str, ef_search: int | None) -> tupl
             ", set_config('max_parallel_workers_per_gather', '0', true)"
         )
         params += [str(ef_search), str(HNSW_MAX_SCAN_TUPLES)]
+    if own_graph is not None:
+        settings += (
+            ", coalesce((SELECT indisvalid AND indisready FROM pg_index"
+            " WHERE indexrelid = to_regclass(%s)), false)"
+        )
+        params.append(own_graph)
     cursor.execute(
         "SELECT ARRAY(SELECT lexeme FROM unnest(to_tsvector(%s::regconfig, %s))"
         "             ORDER BY positions[1], lexeme),"
@@ -850,7 +868,8 @@ def _prepare(cursor, query: str, model_name: str, ef_search: int | None) -> tupl
     )
     row = cursor.fetchone()
     previous = tuple(row[3 : 3 + len(HNSW_SETTINGS)]) if ef_search is not None else None
-    return list(row[0]), row[1], previous
+    has_graph = bool(row[-1]) if own_graph is not None else False
+    return list(row[0]), row[1], previous, has_graph
 
 
 # Set for the search's own transaction and put back after it. No parallel
@@ -884,7 +903,12 @@ def _fetch(
     nested = connection.in_atomic_block
     ef_search = max(HNSW_EF_SEARCH, k) if vector is not None else None
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        texts, calibration, previous = _prepare(cursor, query, model_name, ef_search)
+        own_graph = graph_name(agent.pk) if spec.kind == "episode" and vector is not None else None
+        texts, calibration, previous, has_graph = _prepare(
+            cursor, query, model_name, ef_search, own_graph
+        )
+        if has_graph:
+            spec.exact_max = min(spec.exact_max, AGENT_GRAPH_EXACT_SCAN_MAX_ROWS)
         lexemes = _lexemes(texts, spec.table)
         wanted = lexemes or (vector is not None and spec.agent_only)
         agent_rows = _agent_rows(spec.table, agent) if wanted else 0

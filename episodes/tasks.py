@@ -190,3 +190,35 @@ def embed_backlog(
         return done
     finally:
         cache.delete(SWEEP_LOCK_KEY)
+
+
+# A build of a 100k-row agent's graph takes ~40 s on a quiet machine, ~3 min on
+# a busy one; no new build starts after this long (the rest waits for the next run).
+AGENT_GRAPHS_TIME_BUDGET_SECONDS = 20 * 60
+
+
+@shared_task(
+    name="episodes.build_agent_graphs",
+    ignore_result=False,
+    soft_time_limit=AGENT_GRAPHS_TIME_BUDGET_SECONDS + 15 * 60,
+    time_limit=AGENT_GRAPHS_TIME_BUDGET_SECONDS + 20 * 60,
+)
+def build_agent_graphs() -> list[str]:
+    """celery-beat: give the large agents their own HNSW graphs (episodes.agent_graphs).
+    Returns the agents built for; nothing when another build is running."""
+    from .agent_graphs import BuildRunning, agent_graphs_build_missing
+
+    try:
+        done = agent_graphs_build_missing(time_budget_seconds=AGENT_GRAPHS_TIME_BUDGET_SECONDS)
+    except BuildRunning:
+        logger.info("build_agent_graphs: another build is running")
+        return []
+    for built in done:
+        logger.info(
+            "build_agent_graphs: agent %s (%s episodes): %s in %.1f s",
+            built.graph.agent_id,
+            built.graph.rows,
+            built.graph.index,
+            built.seconds,
+        )
+    return [str(b.graph.agent_id) for b in done]

@@ -4,10 +4,21 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
 
-from episodes.agent_graphs import PREFIX, agent_graph_build, agent_graphs, graph_name
-from episodes.retrieval import episode_search
+from episodes import retrieval
+from episodes.agent_graphs import (
+    BUILD_LOCK,
+    PREFIX,
+    BuildRunning,
+    agent_graph_build,
+    agent_graphs,
+    agent_graphs_build_missing,
+    graph_name,
+)
+from episodes.retrieval import SearchFilters, episode_search
+from episodes.tasks import build_agent_graphs
 from episodes.tests.retrieval_fixtures import record, topic
 from piper.tenancy.services import agent_create
 
@@ -123,3 +134,95 @@ def test_building_inside_a_transaction_is_refused(agents):
     (graph,) = agent_graphs(min_rows=10)
     with pytest.raises(RuntimeError, match="inside a transaction"), transaction.atomic():
         agent_graph_build(graph)
+
+
+def test_past_the_limit_of_graphs_the_smaller_agents_get_none(agents):
+    big, small = agents
+
+    output = run("--min-rows", "3", "--max-graphs", "1")
+
+    assert index_definition(graph_name(big.pk)) is not None
+    assert index_definition(graph_name(small.pk)) is None
+    assert f"{graph_name(small.pk)}: over-limit\n" in output
+    assert output.endswith(
+        "2 large agent(s); built 1; 1 over the limit of graphs, left without one\n"
+    )
+    # An agent that has its graph keeps it when others outgrow it.
+    assert [g.state for g in agent_graphs(min_rows=3, max_graphs=0)] == ["present", "over-limit"]
+
+
+def test_a_limit_below_one_is_refused():
+    with pytest.raises(CommandError, match="--max-graphs must be at least 1, not 0"):
+        run("--max-graphs", "0")
+
+
+def test_one_build_at_a_time(agents):
+    import psycopg
+
+    from piper.testing import database_url
+
+    big, _ = agents
+    # Another session (as another worker would) holds the build lock.
+    other = psycopg.connect(database_url(connection.settings_dict), autocommit=True)
+    try:
+        other.execute("SELECT pg_advisory_lock(hashtext(%s))", [BUILD_LOCK])
+        with pytest.raises(BuildRunning):
+            agent_graphs_build_missing(min_rows=10)
+        with pytest.raises(CommandError, match="another agent graph build is running"):
+            run("--min-rows", "10")
+        assert build_agent_graphs.apply().get() == []
+        assert index_definition(graph_name(big.pk)) is None
+    finally:
+        other.close()  # the lock goes with the session
+
+    assert build_agent_graphs.apply().get() == []  # 12 rows: below the default size
+    assert [b.graph.agent_id for b in agent_graphs_build_missing(min_rows=10)] == [big.pk]
+
+
+def test_the_beat_task_builds_the_missing_graphs(agents, settings):
+    big, _ = agents
+    settings.EPISODES_AGENT_GRAPH_MIN_ROWS = 10
+
+    assert build_agent_graphs.apply().get() == [str(big.pk)]
+    assert build_agent_graphs.apply().get() == []
+    assert [g.state for g in agent_graphs()] == ["present"]
+
+
+@pytest.fixture
+def actor_agent():
+    agent = agent_create(name="graphs-actor")
+    for i in range(45):
+        record(
+            agent,
+            summary=f"actor episode {i}",
+            actor="ops" if i < 40 else "dev",
+            embedding=topic(i % 5, noise=0.2, seed=i),
+        )
+    return agent
+
+
+def test_with_its_own_graph_a_smaller_filtered_set_goes_through_the_graph(actor_agent, monkeypatch):
+    # 40 of the agent's rows pass the filter: above the (lowered) limit with the
+    # agent's own graph, below the usual one without it.
+    monkeypatch.setattr(retrieval, "AGENT_GRAPH_EXACT_SCAN_MAX_ROWS", 35)
+    query = topic(2, noise=0.05, seed=7)
+    ops = SearchFilters(actor="ops")
+
+    def search():
+        return episode_search(agent=actor_agent, query="qqqzzz", query_embedding=query, filters=ops)
+
+    before = search()
+    run("--min-rows", "10")
+    after = search()
+    with connection.cursor() as cursor:  # a failed build: not a graph to use
+        cursor.execute(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass",
+            [graph_name(actor_agent.pk)],
+        )
+    invalid = search()
+
+    assert before.vector_strategy == "exact"
+    assert after.vector_strategy == "hnsw"
+    assert invalid.vector_strategy == "exact"
+    assert [h.obj.pk for h in after.hits] == [h.obj.pk for h in before.hits]
+    assert all(h.obj.actor == "ops" for h in after.hits)

@@ -204,8 +204,11 @@ SKILLS_REVIEW_SECONDS = env_int("SKILLS_REVIEW_SECONDS", 300)
 # many of the most similar validated versions are examined.
 SKILLS_MATCH_MIN_SIMILARITY = env_float("SKILLS_MATCH_MIN_SIMILARITY", 0.3)
 # An agent with at least this many episodes gets an HNSW graph of its own
-# (manage.py episodes_agent_graphs; episodes/agent_graphs.py).
+# (celery-beat hourly, or manage.py episodes_agent_graphs; episodes/agent_graphs.py),
+# the largest MAX_GRAPHS agents only: each graph is one more index every insert
+# into the table opens.
 EPISODES_AGENT_GRAPH_MIN_ROWS = env_int("EPISODES_AGENT_GRAPH_MIN_ROWS", 50_000)
+EPISODES_AGENT_GRAPH_MAX_GRAPHS = env_int("EPISODES_AGENT_GRAPH_MAX_GRAPHS", 32)
 SKILLS_MATCH_CANDIDATES = env_int("SKILLS_MATCH_CANDIDATES", 20)
 # The longest ?wait= a synchronous execute may ask for.
 SKILLS_MAX_WAIT_SECONDS = env_int("SKILLS_MAX_WAIT_SECONDS", 10)

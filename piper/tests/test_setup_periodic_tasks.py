@@ -39,9 +39,17 @@ def test_creates_the_periodic_tasks():
         "created    piper:intentions-webhook-retries\n"
         "created    piper:skills-review-validated\n"
         "created    piper:episodes-embed-backlog\n"
+        "created    piper:episodes-agent-graphs\n"
     )
     assert summary() == [
         ("piper:beat-heartbeat", "piper.beat_heartbeat", "every 30 seconds", True, 30),
+        (
+            "piper:episodes-agent-graphs",
+            "episodes.build_agent_graphs",
+            "43 * * * * (m/h/dM/MY/d) UTC",
+            True,
+            3600,
+        ),
         (
             "piper:episodes-embed-backlog",
             "episodes.embed_backlog",
@@ -102,13 +110,14 @@ def test_running_twice_leaves_exactly_the_same_rows():
         "unchanged  piper:intentions-webhook-retries\n"
         "unchanged  piper:skills-review-validated\n"
         "unchanged  piper:episodes-embed-backlog\n"
+        "unchanged  piper:episodes-agent-graphs\n"
     )
     assert rows() == first
     assert (
         list(IntervalSchedule.objects.values()),
         list(CrontabSchedule.objects.values()),
     ) == schedules
-    assert len(schedules[0]) == 4 and len(schedules[1]) == 3
+    assert len(schedules[0]) == 4 and len(schedules[1]) == 4
 
 
 def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
@@ -129,11 +138,13 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
         "unchanged  piper:intentions-webhook-retries\n"
         "unchanged  piper:skills-review-validated\n"
         "unchanged  piper:episodes-embed-backlog\n"
+        "unchanged  piper:episodes-agent-graphs\n"
         "disabled   piper:retired-job\n"
     )
     assert [(name, enabled) for name, _, _, enabled, _ in summary()] == [
         ("operator-job", True),
         ("piper:beat-heartbeat", True),
+        ("piper:episodes-agent-graphs", True),
         ("piper:episodes-embed-backlog", True),
         ("piper:intentions-engine", True),
         ("piper:intentions-rehearse", True),

@@ -1,33 +1,47 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from episodes.agent_graphs import agent_graph_build, agent_graphs
+from episodes.agent_graphs import BuildRunning, agent_graphs, agent_graphs_build_missing
 
 
 class Command(BaseCommand):
     help = (
         "Give every agent with at least --min-rows episodes (default "
-        "EPISODES_AGENT_GRAPH_MIN_ROWS) an HNSW graph of its own: a partial index "
-        "built CONCURRENTLY (writes go on). Within one agent, its searches then "
-        "have full recall and filtered searches are faster (docs/benchmarks.md). "
-        "Idempotent: agents that have one are left alone; a failed build is redone."
+        "EPISODES_AGENT_GRAPH_MIN_ROWS) an HNSW graph of its own, the --max-graphs "
+        "(EPISODES_AGENT_GRAPH_MAX_GRAPHS) largest first: a partial index built "
+        "CONCURRENTLY (writes go on). Within one agent, its searches then have full "
+        "recall and filtered searches are faster (docs/benchmarks.md). Idempotent: "
+        "agents that have one are left alone; a failed build is redone. celery-beat "
+        "runs the same hourly."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("--min-rows", type=int, default=None)
+        parser.add_argument("--max-graphs", type=int, default=None)
         parser.add_argument(
             "--dry-run", action="store_true", help="list the agents and their graphs; build none"
         )
 
-    def handle(self, *args, min_rows=None, dry_run=False, **options):
-        graphs = agent_graphs(min_rows=min_rows)
-        built = 0
+    def handle(self, *args, min_rows=None, max_graphs=None, dry_run=False, **options):
+        for value, flag in ((min_rows, "--min-rows"), (max_graphs, "--max-graphs")):
+            if value is not None and value < 1:
+                raise CommandError(f"{flag} must be at least 1, not {value}")
+        graphs = agent_graphs(min_rows=min_rows, max_graphs=max_graphs)
+        built = {}
+        if not dry_run:
+            try:
+                done = agent_graphs_build_missing(min_rows=min_rows, max_graphs=max_graphs)
+            except BuildRunning as exc:
+                raise CommandError(f"{exc}; try again when it has finished") from exc
+            built = {b.graph.agent_id: b.seconds for b in done}
         for graph in graphs:
             line = f"{graph.agent_id}  {graph.rows:,} episodes  {graph.index}: {graph.state}"
-            if graph.state != "present" and not dry_run:
-                seconds = agent_graph_build(graph)
-                built += 1
-                line += f" -> built in {seconds:.1f} s"
+            if graph.agent_id in built:
+                line += f" -> built in {built[graph.agent_id]:.1f} s"
             self.stdout.write(line)
-        verb = "would build" if dry_run else "built"
-        todo = sum(g.state != "present" for g in graphs)
-        self.stdout.write(f"{len(graphs)} large agent(s); {verb} {todo if dry_run else built}")
+        todo = sum(g.state in ("missing", "invalid") for g in graphs)
+        summary = f"{len(graphs)} large agent(s); "
+        summary += f"would build {todo}" if dry_run else f"built {len(built)}"
+        over = sum(g.state == "over-limit" for g in graphs)
+        if over:
+            summary += f"; {over} over the limit of graphs, left without one"
+        self.stdout.write(summary)

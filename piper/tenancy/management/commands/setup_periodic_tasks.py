@@ -102,6 +102,14 @@ PERIODIC_TASKS: tuple[Periodic, ...] = (
         "a vector (and chunks recent sources left without chunks), for up to 50 s a run.",
         expire_seconds=60,
     ),
+    Periodic(
+        name=PREFIX + "episodes-agent-graphs",
+        task="episodes.build_agent_graphs",
+        schedule=Cron(minute="43"),
+        description="Hourly: builds an HNSW graph of its own for each agent past "
+        "EPISODES_AGENT_GRAPH_MIN_ROWS episodes (the largest EPISODES_AGENT_GRAPH_MAX_GRAPHS).",
+        expire_seconds=3600,
+    ),
 )
 
 
