@@ -13,13 +13,13 @@ from piper.tenancy.models import Agent
 
 from .. import router
 from ..models import RetrievalTrace, Route
-from .episodes import _source, _what_happened
-from .facts import _current_fact
-from .graph import _multi_hop
-from .inputs import RecallFilters, _check_filters, _check_limit, _check_query
-from .intentions import _what_to_do
-from .results import Answer, Ask, Evidence, RecallResult, _QueryVector, _when
-from .skills import _how_to
+from .episodes import route_source, route_what_happened
+from .facts import route_current_fact
+from .graph import route_multi_hop
+from .inputs import RecallFilters, check_filters, check_limit, check_query
+from .intentions import route_what_to_do
+from .results import Answer, Ask, Evidence, QueryVector, RecallResult, iso_or_none
+from .skills import route_how_to
 
 MAX_TRACE_CANDIDATES = 50
 
@@ -30,12 +30,12 @@ FALLBACK: dict[str, str] = {
 }
 
 HANDLERS: dict[str, Callable[[Ask], Answer]] = {
-    Route.CURRENT_FACT: _current_fact,
-    Route.WHAT_HAPPENED: _what_happened,
-    Route.HOW_TO: _how_to,
-    Route.WHAT_TO_DO: _what_to_do,
-    Route.SOURCE: _source,
-    Route.MULTI_HOP: _multi_hop,
+    Route.CURRENT_FACT: route_current_fact,
+    Route.WHAT_HAPPENED: route_what_happened,
+    Route.HOW_TO: route_how_to,
+    Route.WHAT_TO_DO: route_what_to_do,
+    Route.SOURCE: route_source,
+    Route.MULTI_HOP: route_multi_hop,
 }
 
 
@@ -55,8 +55,8 @@ def group_by_session(evidence: Sequence[Evidence]) -> list[dict[str, Any]]:
             {
                 "session_id": group["session_id"],
                 "evidence": [e.id for e in items],
-                "first_at": _when(items[0].occurred_at),
-                "last_at": _when(items[-1].occurred_at),
+                "first_at": iso_or_none(items[0].occurred_at),
+                "last_at": iso_or_none(items[-1].occurred_at),
                 "best_score": max(e.score for e in items),
             }
         )
@@ -89,10 +89,10 @@ def recall(
     battery agent, else the wall clock).
     """
     started = time.perf_counter()
-    query = _check_query(query)
+    query = check_query(query)
     route = router.check_route(route)
-    limit = _check_limit(limit)
-    filters = _check_filters(filters)
+    limit = check_limit(limit)
+    filters = check_filters(filters)
     if context is not None and not isinstance(context, dict):
         raise InvalidInput("context must be a JSON object", details={"context": ["not an object"]})
     if now is None:
@@ -101,7 +101,7 @@ def recall(
         from intentions.clock import now_for
 
         now = now_for(agent.pk)
-    vector = _QueryVector(query)
+    vector = QueryVector(query)
     if route == router.AUTO:
         decision = router.classify_by_rules(query)
         if decision is None:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import router
-from .results import NOT_APPLICABLE, Answer, Ask, Evidence, _age, _when
+from .results import NOT_APPLICABLE, Answer, Ask, Evidence, age_seconds, iso_or_none
 
 
 def _search_answer(result, evidence_of: Callable[[Any], Evidence], **details) -> Answer:
@@ -49,11 +49,11 @@ def _episode_evidence(hit, now: datetime) -> Evidence:
                 "actor": episode.actor,
                 "session_id": episode.session_id,
             },
-            "age_seconds": _age(now, episode.occurred_at),
+            "age_seconds": age_seconds(now, episode.occurred_at),
             "authority": episode.authority,
             "currentness": NOT_APPLICABLE,  # an event happened; it is neither current nor superseded
             "confidence": float(episode.confidence),
-            "occurred_at": _when(episode.occurred_at),
+            "occurred_at": iso_or_none(episode.occurred_at),
             "outcome": episode.outcome,
         },
     )
@@ -67,7 +67,7 @@ def _named_entities(ask: Ask) -> tuple[str, ...]:
     )
 
 
-def _what_happened(ask: Ask) -> Answer:
+def route_what_happened(ask: Ask) -> Answer:
     from episodes.query_analysis import analyse_query
     from episodes.retrieval import SearchFilters, episode_search
 
@@ -144,7 +144,7 @@ def _chunk_evidence(hit, source, now: datetime) -> Evidence:
                 "source_id": str(source.pk),
                 "title": source.title,
             },
-            "age_seconds": _age(now, source.created_at),
+            "age_seconds": age_seconds(now, source.created_at),
             "authority": event.authority,
             "currentness": NOT_APPLICABLE,  # a document says what it says
             "confidence": float(event.confidence),
@@ -152,7 +152,7 @@ def _chunk_evidence(hit, source, now: datetime) -> Evidence:
     )
 
 
-def _source(ask: Ask) -> Answer:
+def route_source(ask: Ask) -> Answer:
     from episodes.retrieval import chunk_search
     from ledger.selectors import source_list
 

@@ -12,7 +12,7 @@ from django.conf import settings
 from piper.tenancy.models import Agent
 
 from .. import about
-from .results import CONTESTED, CURRENT, SUPERSEDED, Answer, Ask, Evidence, _age, _when
+from .results import CONTESTED, CURRENT, SUPERSEDED, Answer, Ask, Evidence, age_seconds, iso_or_none
 
 NEAR_MISS_PAIRS = 3  # pairs shown as near misses when no fact answers
 CANDIDATE_PAIRS = 20  # pairs the fact texts propose before the question's words judge them
@@ -30,7 +30,7 @@ def _fact_evidence(
 ) -> Evidence:
     event = fact.source_event
     volatility = fact.predicate.volatility_seconds
-    age = _age(now, fact.last_confirmed_at)
+    age = age_seconds(now, fact.last_confirmed_at)
     return Evidence(
         kind="fact",
         id=str(fact.pk),
@@ -51,9 +51,9 @@ def _fact_evidence(
             "currentness": currentness,
             "confidence": float(fact.confidence),
             "status": fact.status,
-            "valid_from": _when(fact.valid_from),
-            "valid_to": _when(fact.valid_to),
-            "recorded_at": _when(fact.recorded_at),
+            "valid_from": iso_or_none(fact.valid_from),
+            "valid_to": iso_or_none(fact.valid_to),
+            "recorded_at": iso_or_none(fact.recorded_at),
             "needs_recheck": volatility is not None and age > volatility,
             "superseded_by": str(fact.superseded_by_id) if fact.superseded_by_id else None,
             "contested_by": [str(c.pk) for c in fact.open_contests],
@@ -87,7 +87,7 @@ def _abstention_reason(verdicts: Sequence[about.Verdict], *, answering: int, wea
     return "subject_not_known"
 
 
-def _current_fact(ask: Ask) -> Answer:
+def route_current_fact(ask: Ask) -> Answer:
     """Fact texts propose (subject, predicate) pairs; a pair answers only if
     the question is about its subject and its predicate (piper.recall.about);
     the facts selectors say what is believed and valid now. The value just

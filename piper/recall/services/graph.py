@@ -7,7 +7,7 @@ from datetime import datetime
 
 from piper.provenance import AUTHORITY_ORDER, authority_rank
 
-from .results import CONTESTED, CURRENT, Answer, Ask, Evidence, _age
+from .results import CONTESTED, CURRENT, Answer, Ask, Evidence, age_seconds
 
 PATH_NAMESPACE = uuid.UUID("6f1d3c1e-5b7a-4f0e-9c43-2f6a1d0b8e57")
 
@@ -38,7 +38,7 @@ def _path_evidence(path, score: float, now: datetime) -> Evidence:
                 "facts": fact_ids,
                 "event_ids": [str(f.source_event_id) for f in path.facts],
             },
-            "age_seconds": max(_age(now, f.last_confirmed_at) for f in path.facts),
+            "age_seconds": max(age_seconds(now, f.last_confirmed_at) for f in path.facts),
             "authority": weakest.authority,  # a chain is as strong as its weakest link
             "currentness": CONTESTED if contested else CURRENT,
             "confidence": round(confidence, 6),
@@ -47,7 +47,7 @@ def _path_evidence(path, score: float, now: datetime) -> Evidence:
     )
 
 
-def _multi_hop(ask: Ask) -> Answer:
+def route_multi_hop(ask: Ask) -> Answer:
     """Paths of current relations between the things the question names
     (either direction), or from the one thing it names."""
     from facts import selectors as facts

@@ -41,7 +41,7 @@ class RecallFilters:
 FILTER_NAMES = tuple(f.name for f in fields(RecallFilters))
 
 
-def _check_query(query: Any) -> str:
+def check_query(query: Any) -> str:
     if not isinstance(query, str) or not query.strip():
         raise InvalidInput(
             "query must be a non-empty question", details={"query": ["must not be empty"]}
@@ -55,7 +55,7 @@ def _check_query(query: Any) -> str:
     return query.strip()
 
 
-def _check_filters(filters: RecallFilters | dict | None) -> RecallFilters:
+def check_filters(filters: RecallFilters | dict | None) -> RecallFilters:
     if filters is None:
         return RecallFilters()
     if isinstance(filters, dict):
@@ -84,7 +84,7 @@ def _check_filters(filters: RecallFilters | dict | None) -> RecallFilters:
     return filters
 
 
-def _check_limit(limit: Any) -> int:
+def check_limit(limit: Any) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(
             f"limit must be an integer from 1 to {MAX_LIMIT}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .results import CURRENT, Answer, Ask, Evidence, _age, _when
+from .results import CURRENT, Answer, Ask, Evidence, age_seconds, iso_or_none
 
 _URGENCY = {"due": 1.0, "executing": 0.9, "active": 0.6, "blocked": 0.4}
 _ROUTE_WORDS = {
@@ -25,7 +25,7 @@ def _words(text: str) -> set[str]:
     }
 
 
-def _what_to_do(ask: Ask) -> Answer:
+def route_what_to_do(ask: Ask) -> Answer:
     """Open commitments — due first — with what the question names lifted."""
     from intentions.selectors import intention_list
 
@@ -63,12 +63,12 @@ def _what_to_do(ask: Ask) -> Answer:
                         "event_id": str(event.pk),
                         "session_id": intention.source_session,
                     },
-                    "age_seconds": _age(ask.now, intention.created_at),
+                    "age_seconds": age_seconds(ask.now, intention.created_at),
                     "authority": event.authority,
                     "currentness": CURRENT,  # open: cancelled and completed ones never come back
                     "confidence": float(event.confidence),
                     "status": intention.status,
-                    "due_at": _when(intention.due_at),
+                    "due_at": iso_or_none(intention.due_at),
                     "trigger_type": intention.trigger_type,
                     "priority": intention.priority,
                 },

@@ -60,7 +60,7 @@ class RecallResult:
     details: dict[str, Any]
 
 
-class _QueryVector:
+class QueryVector:
     """The query's embedding, computed at most once and only if a route needs it."""
 
     def __init__(self, query: str):
@@ -85,7 +85,7 @@ class _QueryVector:
 class Ask:
     agent: Agent
     query: str
-    vector: _QueryVector
+    vector: QueryVector
     limit: int
     filters: RecallFilters
     context: dict
@@ -93,9 +93,9 @@ class Ask:
     now: datetime
 
 
-def _age(now: datetime, then: datetime | None) -> int | None:
+def age_seconds(now: datetime, then: datetime | None) -> int | None:
     return None if then is None else max(0, int((now - then).total_seconds()))
 
 
-def _when(value: datetime | None) -> str | None:
+def iso_or_none(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()

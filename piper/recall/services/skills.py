@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .results import CURRENT, NOT_APPLICABLE, Answer, Ask, Evidence, _age, _when
+from .results import CURRENT, NOT_APPLICABLE, Answer, Ask, Evidence, age_seconds, iso_or_none
 
 
 def _skill_evidence(candidate, version, now: datetime) -> Evidence:
@@ -29,11 +29,11 @@ def _skill_evidence(candidate, version, now: datetime) -> Evidence:
                 "ref": v.skill.name,
                 "event_id": str(event.pk),
             },
-            age_seconds=_age(now, version.created_at),
+            age_seconds=age_seconds(now, version.created_at),
             authority=event.authority,
             # How often it worked lately: what a validated skill's confidence is.
             confidence=rate(version.recent_successes or 0, version.recent_total or 0),
-            last_used_at=_when(version.last_used_at),
+            last_used_at=iso_or_none(version.last_used_at),
             executions=version.executions_total,
         )
     return Evidence(
@@ -47,7 +47,7 @@ def _skill_evidence(candidate, version, now: datetime) -> Evidence:
     )
 
 
-def _how_to(ask: Ask) -> Answer:
+def route_how_to(ask: Ask) -> Answer:
     from skills import selectors as skills
 
     result = skills.skill_match(
