@@ -1,12 +1,19 @@
 """Episodes, chunks and calibrations are read-only in the admin: they are projections
 of the ledger (and calibrations are written by calibrate_abstention)."""
 
-from django.contrib import admin
+from django.conf import settings
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 
 from ledger.admin import ReadOnlyAdmin
 
+from .agent_graphs import agent_graphs
 from .models import AbstentionCalibration, Episode, SourceChunk
+from .tasks import build_agent_graphs
 
 # The distinct-values filters read only this many of the newest rows: SELECT DISTINCT
 # over every episode of every agent would make each page load a full scan.
@@ -139,6 +146,45 @@ class EpisodeAdmin(ReadOnlyAdmin):
     def get_queryset(self, request):
         # The vector (1.5 kB) and the full-text vector are never shown.
         return _with_embedded(super().get_queryset(request)).defer("embedding", "search_vector")
+
+    def get_urls(self):
+        own = [
+            path(
+                "agent-graphs/",
+                self.admin_site.admin_view(self.agent_graphs_view),
+                name="episodes_episode_agent_graphs",
+            )
+        ]
+        return own + super().get_urls()
+
+    def agent_graphs_view(self, request):
+        """The large agents and their own HNSW graphs (episodes.agent_graphs);
+        a superuser can queue the build celery-beat runs hourly."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            if not request.user.is_superuser:
+                raise PermissionDenied
+            build_agent_graphs.delay()
+            self.message_user(
+                request,
+                "Queued: a worker builds the missing graphs, one at a time, largest agent "
+                "first. Reload this page to follow it.",
+                messages.SUCCESS,
+            )
+            return HttpResponseRedirect(reverse("admin:episodes_episode_agent_graphs"))
+        graphs = agent_graphs()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Agents' own vector graphs",
+            "opts": self.model._meta,
+            "graphs": graphs,
+            "min_rows": settings.EPISODES_AGENT_GRAPH_MIN_ROWS,
+            "max_graphs": settings.EPISODES_AGENT_GRAPH_MAX_GRAPHS,
+            "to_build": sum(g.state in ("missing", "invalid") for g in graphs),
+            "can_build": request.user.is_superuser,
+        }
+        return TemplateResponse(request, "admin/episodes/episode/agent_graphs.html", context)
 
     @admin.display(description="summary")
     def short_summary(self, obj: Episode) -> str:

@@ -226,3 +226,41 @@ def test_with_its_own_graph_a_smaller_filtered_set_goes_through_the_graph(actor_
     assert invalid.vector_strategy == "exact"
     assert [h.obj.pk for h in after.hits] == [h.obj.pk for h in before.hits]
     assert all(h.obj.actor == "ops" for h in after.hits)
+
+
+def test_the_admin_lists_the_graphs_and_a_superuser_queues_the_build(
+    agents, admin_client, settings, monkeypatch
+):
+    from django.urls import reverse
+
+    from piper.celery import app as celery_app
+
+    big, small = agents
+    settings.EPISODES_AGENT_GRAPH_MIN_ROWS = 10
+    url = reverse("admin:episodes_episode_agent_graphs")
+    assert url in admin_client.get(reverse("admin:episodes_episode_changelist")).text
+
+    page = admin_client.get(url).text
+    assert f"<td>{big.pk}</td>" in page and f"<td>{small.pk}</td>" not in page
+    assert "<td>missing</td>" in page and "Build the 1 missing graph now" in page
+
+    monkeypatch.setattr(celery_app.conf, "task_always_eager", True)  # the worker, in-process
+    response = admin_client.post(url, follow=True)
+
+    assert "Queued: a worker builds the missing graphs" in response.text
+    assert "<td>present</td>" in response.text and "missing graph now" not in response.text
+    assert index_definition(graph_name(big.pk)) is not None
+
+
+def test_the_admin_page_is_for_staff_and_the_build_for_superusers(agents, client):
+    from django.contrib.auth.models import Permission, User
+    from django.urls import reverse
+
+    url = reverse("admin:episodes_episode_agent_graphs")
+    staff = User.objects.create_user("viewer", password="x", is_staff=True)
+    assert client.get(url).status_code == 302  # to the login page
+    client.force_login(staff)
+    assert client.get(url).status_code == 403
+    staff.user_permissions.add(Permission.objects.get(codename="view_episode"))
+    assert client.get(url).status_code == 200
+    assert client.post(url).status_code == 403
