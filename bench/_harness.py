@@ -112,8 +112,25 @@ def summary_ms(samples: list[float]) -> dict[str, float]:
     }
 
 
+def cpu_probe_ms() -> float:
+    """The best of five runs of a fixed pure-Python loop, in ms. Machines of one
+    kind differ (one session's ran this ~2.5x slower than another's), so the
+    figures are only comparable next to it."""
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i
+        best = min(best, time.perf_counter() - started)
+    return round(best * 1000, 1)
+
+
 def machine() -> str:
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, CPU probe {cpu_probe_ms()} ms (1M-add loop)"
+    )
 
 
 def summary_ms_p95(samples: list[float]) -> dict[str, float]:

@@ -72,7 +72,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
-from _harness import PYTHON, ROOT, bench_env, machine, migrate, percentile, setup_django
+from _harness import (
+    PYTHON,
+    ROOT,
+    bench_env,
+    load_average,
+    machine,
+    migrate,
+    percentile,
+    setup_django,
+)
 
 AGENT_PREFIX = "bench-intentions"
 THREADS_PER_AGENT = 25
@@ -94,10 +103,6 @@ RRULES = ["FREQ=DAILY", "FREQ=WEEKLY;BYDAY=MO", "FREQ=WEEKLY;BYDAY=MO,TH", "FREQ
 
 
 # ----------------------------------------------------------------------------- reporting
-
-
-def load_average() -> str:
-    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 def summary(samples: list[float]) -> dict[str, float]:
