@@ -650,7 +650,8 @@ def main() -> int:
             log(f"recall@10: {json.dumps(results['recall_at_10'])}")
         if "explain" in only:
             explain(target, texts[0], vectors[0])
-            explain(target, texts[1], vectors[1], filter_sets(qs[1:2])["actor+90d"][0])
+            for i, name in enumerate(("actor", "actor+90d", "90d"), start=1):
+                explain(target, texts[i], vectors[i], filter_sets(qs[i : i + 1])[name][0])
         if "http" in only:
             results["http"] = measure_http(target, texts, args.http_requests)
             log(f"http: {json.dumps(results['http'])}")

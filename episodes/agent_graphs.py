@@ -14,7 +14,7 @@ opened and its predicate checked on each insert, and weighed by the planner.
 celery-beat runs `agent_graphs_build_missing` hourly (episodes.build_agent_graphs);
 `manage.py episodes_agent_graphs` runs it by hand. Retrieval looks the graph up
 by name (`graph_name`) and, when it is there and valid, sends smaller filtered
-sets through it (episodes.retrieval, AGENT_GRAPH_EXACT_SCAN_MAX_ROWS).
+sets through it (EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ fusion (RRF: score = Σ weight / (RRF_K + position)):
   transaction. A large agent with an HNSW graph of its own (a partial index,
   episodes.agent_graphs) is searched through that graph, which the planner
   takes for the agent's id, and a smaller filtered set goes through the graph
-  (AGENT_GRAPH_EXACT_SCAN_MAX_ROWS).
+  (settings.EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS).
 * **recency** — newer first, a small weight; `recency` in the signals is
   exp-decay with RECENCY_HALF_LIFE_DAYS.
 * **entities** — episodes sharing names in `SearchFilters.entities` (also
@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -115,10 +116,10 @@ SESSION_WEIGHT = 0.5
 # exact in ~10 ms, where the filtered graph walk took 50-70 ms at recall@10 0.91.
 EXACT_SCAN_MAX_ROWS = 8_000
 # An agent with a graph of its own (episodes.agent_graphs) walks only its own
-# nodes, so a filter keeping 3,000+ of them finds its k through the graph faster
-# than an exact scan: one actor of a 100k-row agent (~6,600 rows) took ANN 3 ms
-# at recall@10 0.99 there, against ~6 ms exact (docs/benchmarks.md).
-AGENT_GRAPH_EXACT_SCAN_MAX_ROWS = 3_000
+# nodes, so a filtered set above settings.EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS
+# goes through the graph instead. Where that pays depends on the CPU
+# (docs/benchmarks.md): one actor of a 100k-row agent (~6,600 rows) took ANN 3 ms
+# against ~5 ms exact on an AVX-512 host, 12.8 against 10.2 ms on an AVX2 one.
 EXACT_SCAN_HEAP_MAX_ROWS = 500
 EXACT_SCAN_COVERED = frozenset({"actor", "occurred_after", "occurred_before"})
 # 100 gave recall@10 0.945-0.995 against exact on the test's clustered data, 200
@@ -840,10 +841,10 @@ def _prepare(
     their previous values, and — with `own_graph` — whether that index exists and
     is valid. The '[0]'::vector cast loads pgvector (and defines the hnsw.*
     settings) while the statement is planned."""
-    settings = ""
+    extra = ""
     params: list[Any] = [TEXT_SEARCH_CONFIG, query, model_name, EVIDENCE_METRIC]
     if ef_search is not None:
-        settings = (
+        extra = (
             ", '[0]'::vector IS NOT NULL, "
             + ", ".join(f"current_setting('{n}')" for n in HNSW_SETTINGS)
             + ", set_config('hnsw.iterative_scan', 'relaxed_order', true)"
@@ -853,7 +854,7 @@ def _prepare(
         )
         params += [str(ef_search), str(HNSW_MAX_SCAN_TUPLES)]
     if own_graph is not None:
-        settings += (
+        extra += (
             ", coalesce((SELECT indisvalid AND indisready FROM pg_index"
             " WHERE indexrelid = to_regclass(%s)), false)"
         )
@@ -863,7 +864,7 @@ def _prepare(
         "             ORDER BY positions[1], lexeme),"
         f" (SELECT ARRAY[id::text, threshold::text] FROM {AbstentionCalibration._meta.db_table}"
         "   WHERE embedding_model = %s AND metric = %s ORDER BY created_at DESC, id DESC LIMIT 1)"
-        + settings,
+        + extra,
         params,
     )
     row = cursor.fetchone()
@@ -908,7 +909,7 @@ def _fetch(
             cursor, query, model_name, ef_search, own_graph
         )
         if has_graph:
-            spec.exact_max = min(spec.exact_max, AGENT_GRAPH_EXACT_SCAN_MAX_ROWS)
+            spec.exact_max = min(spec.exact_max, settings.EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS)
         lexemes = _lexemes(texts, spec.table)
         wanted = lexemes or (vector is not None and spec.agent_only)
         agent_rows = _agent_rows(spec.table, agent) if wanted else 0

@@ -7,7 +7,6 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from episodes import retrieval
 from episodes.agent_graphs import (
     BUILD_LOCK,
     PREFIX,
@@ -201,10 +200,10 @@ def actor_agent():
     return agent
 
 
-def test_with_its_own_graph_a_smaller_filtered_set_goes_through_the_graph(actor_agent, monkeypatch):
+def test_with_its_own_graph_a_smaller_filtered_set_goes_through_the_graph(actor_agent, settings):
     # 40 of the agent's rows pass the filter: above the (lowered) limit with the
     # agent's own graph, below the usual one without it.
-    monkeypatch.setattr(retrieval, "AGENT_GRAPH_EXACT_SCAN_MAX_ROWS", 35)
+    settings.EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS = 35
     query = topic(2, noise=0.05, seed=7)
     ops = SearchFilters(actor="ops")
 

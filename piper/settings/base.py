@@ -209,6 +209,12 @@ SKILLS_MATCH_MIN_SIMILARITY = env_float("SKILLS_MATCH_MIN_SIMILARITY", 0.3)
 # into the table opens.
 EPISODES_AGENT_GRAPH_MIN_ROWS = env_int("EPISODES_AGENT_GRAPH_MIN_ROWS", 50_000)
 EPISODES_AGENT_GRAPH_MAX_GRAPHS = env_int("EPISODES_AGENT_GRAPH_MAX_GRAPHS", 32)
+# With its own graph, an agent's filtered sets above this many rows go through
+# the graph instead of an exact scan (8,000 without one). The better limit depends
+# on the CPU: 3,000 won on an AVX-512 host, 8,000 on an AVX2 one (docs/benchmarks.md).
+EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS = env_int(
+    "EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS", 3_000
+)
 SKILLS_MATCH_CANDIDATES = env_int("SKILLS_MATCH_CANDIDATES", 20)
 # The longest ?wait= a synchronous execute may ask for.
 SKILLS_MAX_WAIT_SECONDS = env_int("SKILLS_MAX_WAIT_SECONDS", 10)
