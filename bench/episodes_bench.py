@@ -28,9 +28,9 @@ ingest  `episodes.services.episodes_record` in batches of 1,000 into a fresh
         agent (embeddings deferred: the embedding task is queued after commit
         and not run here); episodes/s, best of the passes.
 embed   The embed task's path over those rows: `episodes.tasks` embedding of
-        unembedded episodes in batches; texts/s. With `graphs`, half of them
-        into the global graph only, then the agent gets its own graph and the
-        other half goes into both.
+        unembedded episodes in batches; texts/s: half of them into the global
+        graph only, then the agent gets its own graph and the other half goes
+        into both.
 search  `episodes.retrieval.episode_search` in-process with a precomputed query
         embedding (query texts are new generated episodes; the embedding is
         excluded from the timing), p50/p95 over `queries` queries for one agent
@@ -361,9 +361,9 @@ def _embed_rate(ids) -> dict:
     }
 
 
-def measure_embed(agent, own_graph: bool) -> dict:
-    """The first half into the global graph only; with `own_graph`, the agent then
-    gets its own graph (as a large agent would) and the second half goes into both."""
+def measure_embed(agent) -> dict:
+    """The first half into the global graph only; the agent then gets its own
+    graph (as a large agent would) and the second half goes into both."""
     from episodes.agent_graphs import AgentGraph, agent_graph_build, graph_name
     from episodes.models import Episode
 
@@ -372,12 +372,11 @@ def measure_embed(agent, own_graph: bool) -> dict:
         .order_by("id")
         .values_list("id", flat=True)
     )
-    half = len(ids) // 2 if own_graph else len(ids)
+    half = len(ids) // 2
     out = {"global_graph": _embed_rate(ids[:half])}
-    if own_graph:
-        graph = AgentGraph(agent.pk, len(ids), graph_name(agent.pk), "missing")
-        log(f"embed: the ingest agent's own graph built in {agent_graph_build(graph):.1f} s")
-        out["global_and_own_graph"] = _embed_rate(ids[half:])
+    graph = AgentGraph(agent.pk, len(ids), graph_name(agent.pk), "missing")
+    log(f"embed: the ingest agent's own graph built in {agent_graph_build(graph):.1f} s")
+    out["global_and_own_graph"] = _embed_rate(ids[half:])
     out["left_unembedded"] = Episode.objects.filter(agent=agent, embedding__isnull=True).count()
     return out
 
@@ -637,7 +636,7 @@ def main() -> int:
         results["ingest"] = ingest
         log(f"ingest: {ingest}")
         if "embed" in only:
-            results["embed"] = measure_embed(ingest_agent, own_graph="graphs" in only)
+            results["embed"] = measure_embed(ingest_agent)
             log(f"embed: {results['embed']}")
     if agents and only & {"search", "recall_at_10", "http", "explain"}:
         target = agents[len(agents) // 2]
