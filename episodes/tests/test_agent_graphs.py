@@ -338,3 +338,27 @@ def test_a_swap_cut_short_is_finished(agents):
 
     assert global_graph_excluded() == {big.pk}
     assert index_definition(GLOBAL_GRAPH_NEXT) is None
+
+
+def test_builds_get_their_memory_and_put_the_setting_back(agents, settings):
+    settings.EPISODES_GRAPH_BUILD_MEMORY = "96MB"
+    seen = []
+
+    def watch(execute, sql, params, many, context):
+        if sql.startswith("CREATE INDEX"):
+            with connection.cursor() as cursor:  # as the build runs
+                cursor.execute("SHOW maintenance_work_mem")
+                seen.append(cursor.fetchone()[0])
+        return execute(sql, params, many, context)
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW maintenance_work_mem")
+        before = cursor.fetchone()[0]
+    with connection.execute_wrapper(watch):
+        run("--min-rows", "10")
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW maintenance_work_mem")
+        after = cursor.fetchone()[0]
+
+    assert seen == ["96MB", "96MB"]  # the agent's graph, then the global one
+    assert after == before != "96MB"
