@@ -28,10 +28,9 @@ ingest  `episodes.services.episodes_record` in batches of 1,000 into a fresh
         agent (embeddings deferred: the embedding task is queued after commit
         and not run here); episodes/s, best of the passes.
 embed   The embed task's path over those rows: `episodes.tasks` embedding of
-        unembedded episodes in batches; texts/s: a third into the global graph
-        only; then the agent gets its own graph and a third goes into both;
-        then the global graph is rebuilt without it (a whole-table build) and
-        the last third goes into its own graph alone.
+        unembedded episodes in batches; texts/s: half of them into the global
+        graph only, then the agent gets its own graph and the other half goes
+        into both.
 search  `episodes.retrieval.episode_search` in-process with a precomputed query
         embedding (query texts are new generated episodes; the embedding is
         excluded from the timing), p50/p95 over `queries` queries for one agent
@@ -363,18 +362,9 @@ def _embed_rate(ids) -> dict:
 
 
 def measure_embed(agent) -> dict:
-    """A third of the rows into the global graph only; the agent then gets its own
-    graph (as a large agent would) and the second third goes into both; then the
-    global graph is rebuilt without the agents that have their own (what
-    episodes.build_agent_graphs does next) and the last third goes into the
-    agent's graph alone."""
-    from episodes.agent_graphs import (
-        AgentGraph,
-        agent_graph_build,
-        agents_with_graphs,
-        global_graph_rebuild,
-        graph_name,
-    )
+    """The first half into the global graph only; the agent then gets its own
+    graph (as a large agent would) and the second half goes into both."""
+    from episodes.agent_graphs import AgentGraph, agent_graph_build, graph_name
     from episodes.models import Episode
 
     ids = list(
@@ -382,15 +372,11 @@ def measure_embed(agent) -> dict:
         .order_by("id")
         .values_list("id", flat=True)
     )
-    third = len(ids) // 3
-    out = {"global_graph": _embed_rate(ids[:third])}
+    half = len(ids) // 2
+    out = {"global_graph": _embed_rate(ids[:half])}
     graph = AgentGraph(agent.pk, len(ids), graph_name(agent.pk), "missing")
     log(f"embed: the ingest agent's own graph built in {agent_graph_build(graph):.1f} s")
-    out["global_and_own_graph"] = _embed_rate(ids[third : 2 * third])
-    seconds = global_graph_rebuild(agents_with_graphs())
-    log(f"embed: global graph rebuilt without the agents with their own in {seconds:.1f} s")
-    out["global_rebuild_seconds"] = round(seconds, 1)
-    out["own_graph_only"] = _embed_rate(ids[2 * third :])
+    out["global_and_own_graph"] = _embed_rate(ids[half:])
     out["left_unembedded"] = Episode.objects.filter(agent=agent, embedding__isnull=True).count()
     return out
 
@@ -401,12 +387,10 @@ def build_agent_graphs() -> dict:
     from episodes.agent_graphs import agent_graphs, agent_graphs_build_missing
 
     started = time.perf_counter()
-    report = agent_graphs_build_missing()
+    built = agent_graphs_build_missing()
     return {
-        "built": len(report.built),
-        "seconds_each": [round(b.seconds, 1) for b in report.built],
-        "global_rebuild_seconds": report.global_seconds,
-        "global_leaves_out": report.excluded,
+        "built": len(built),
+        "seconds_each": [round(b.seconds, 1) for b in built],
         "seconds": round(time.perf_counter() - started, 1),
         "present": sum(g.state == "present" for g in agent_graphs()),
         "load": load_average(),

@@ -11,14 +11,6 @@ inserted into two graphs, which is why only agents above a size get one, and
 only the EPISODES_AGENT_GRAPH_MAX_GRAPHS largest: every index on the table is
 opened and its predicate checked on each insert, and weighed by the planner.
 
-Once an agent's own graph is valid, the global graph leaves it out: it is rebuilt
-as a partial index `WHERE agent_id <> ALL ('{…}')` over the agents that have
-one, which the planner proves from `agent_id = X` for everyone else. Each
-vector then goes into one graph (into two, the embed path ran at 44 instead of
-77 vectors/s: docs/benchmarks.md). The rebuild is a whole-table build, but only
-when the set of agents with a graph changes; until it is done, their vectors
-go into both.
-
 celery-beat runs `agent_graphs_build_missing` hourly (episodes.build_agent_graphs);
 `manage.py episodes_agent_graphs` runs it by hand. Retrieval looks the graph up
 by name (`graph_name`) and, when it is there and valid, sends smaller filtered
@@ -27,7 +19,6 @@ sets through it (EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS).
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from contextlib import contextmanager
@@ -42,15 +33,6 @@ PREFIX = "episodes_hnsw_agent_"
 # One build at a time across workers and commands (a session-level advisory
 # lock: it goes with the session if the process dies mid-build).
 BUILD_LOCK = "episodes.agent_graphs.build"
-
-
-GLOBAL_GRAPH = "episodes_embedding_hnsw"
-# The global graph is rebuilt under this name, then swapped in.
-GLOBAL_GRAPH_NEXT = GLOBAL_GRAPH + "_next"
-# PostgreSQL proves `agent_id = X` implies `agent_id <> ALL (array)` only for
-# arrays of at most 100 elements (predtest.c, MAX_SAOP_ARRAY_SIZE).
-MAX_EXCLUDED = 100
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def graph_name(agent_id: uuid.UUID) -> str:
@@ -70,9 +52,10 @@ class AgentGraph:
 @contextmanager
 def _build_memory(cursor):
     """pgvector builds the graph in maintenance_work_mem and, once it no longer fits,
-    goes on inserting one tuple at a time on disk: at 1M rows and PostgreSQL's
-    64 MB that made the global graph's build ~6x slower. Set for this session's
-    builds (EPISODES_GRAPH_BUILD_MEMORY), then put back."""
+    goes on inserting one tuple at a time on disk: at PostgreSQL's 64 MB, a 1M-row
+    rebuild had loaded 312k tuples after 13 minutes, and with 2 GB it took 11
+    (docs/benchmarks.md). Set for this session's build (EPISODES_GRAPH_BUILD_MEMORY),
+    then put back."""
     cursor.execute(
         "SELECT current_setting('maintenance_work_mem'),"
         " set_config('maintenance_work_mem', %s, false)",
@@ -86,59 +69,7 @@ def _build_memory(cursor):
 
 
 def _global_graph():
-    return next(i for i in Episode._meta.indexes if i.name == GLOBAL_GRAPH)
-
-
-def _graph_sql(name: str, predicate: str | None) -> str:
-    template = _global_graph()
-    sql = (
-        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {Episode._meta.db_table}"
-        f" USING hnsw (embedding {template.opclasses[0]})"
-        f" WITH (m = {int(template.m)}, ef_construction = {int(template.ef_construction)})"
-    )
-    return sql + (f" WHERE {predicate}" if predicate else "")
-
-
-def global_graph_excluded() -> frozenset[uuid.UUID]:
-    """The agents the global graph leaves out (its predicate's ids)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_get_expr(indpred, indrelid) FROM pg_index WHERE indexrelid = to_regclass(%s)",
-            [GLOBAL_GRAPH],
-        )
-        row = cursor.fetchone()
-    predicate = row[0] if row else None
-    return frozenset(uuid.UUID(u) for u in _UUID.findall(predicate or ""))
-
-
-def global_graph_rebuild(excluded: set[uuid.UUID] | frozenset[uuid.UUID]) -> float:
-    """Rebuild the global graph over every agent but `excluded`, then swap it in for
-    the old one; returns the seconds it took. Without blocking writes: the new
-    graph is built CONCURRENTLY under another name while the old one serves."""
-    if connection.in_atomic_block:
-        raise RuntimeError("the global graph cannot be rebuilt inside a transaction")
-    if len(excluded) > MAX_EXCLUDED:
-        raise ValueError(f"at most {MAX_EXCLUDED} agents can be left out of the global graph")
-    ids = sorted(str(uuid.UUID(str(a))) for a in excluded)
-    predicate = f"agent_id <> ALL ('{{{','.join(ids)}}}'::uuid[])" if ids else None
-    started = time.perf_counter()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT to_regclass(%s) IS NOT NULL,"
-            " (SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s))",
-            [GLOBAL_GRAPH, GLOBAL_GRAPH_NEXT],
-        )
-        has_global, next_valid = cursor.fetchone()
-        if not has_global and next_valid:
-            # A swap cut short between its DROP and RENAME: put that graph back first.
-            cursor.execute(f"ALTER INDEX {GLOBAL_GRAPH_NEXT} RENAME TO {GLOBAL_GRAPH}")
-        elif next_valid is not None:
-            cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {GLOBAL_GRAPH_NEXT}")
-        with _build_memory(cursor):
-            cursor.execute(_graph_sql(GLOBAL_GRAPH_NEXT, predicate))
-        cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {GLOBAL_GRAPH}")
-        cursor.execute(f"ALTER INDEX {GLOBAL_GRAPH_NEXT} RENAME TO {GLOBAL_GRAPH}")
-    return time.perf_counter() - started
+    return next(i for i in Episode._meta.indexes if i.name == "episodes_embedding_hnsw")
 
 
 def agent_graphs(*, min_rows: int | None = None, max_graphs: int | None = None) -> list[AgentGraph]:
@@ -173,17 +104,6 @@ def agent_graphs(*, min_rows: int | None = None, max_graphs: int | None = None) 
     return out
 
 
-def agents_with_graphs() -> frozenset[uuid.UUID]:
-    """Every agent whose own graph is there and valid, whatever its size now."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-            " WHERE i.indrelid = %s::regclass AND c.relname LIKE %s AND i.indisvalid",
-            [Episode._meta.db_table, PREFIX + "%"],
-        )
-        return frozenset(uuid.UUID(name[len(PREFIX) :]) for (name,) in cursor.fetchall())
-
-
 class BuildRunning(Exception):
     """Another process holds BUILD_LOCK."""
 
@@ -194,25 +114,15 @@ class Built:
     seconds: float
 
 
-@dataclass(frozen=True)
-class BuildReport:
-    built: list[Built]
-    # Seconds the global graph's rebuild took, or None if it was left as it was.
-    global_seconds: float | None
-    excluded: int  # agents the global graph leaves out afterwards
-
-
 def agent_graphs_build_missing(
     *,
     min_rows: int | None = None,
     max_graphs: int | None = None,
     time_budget_seconds: float | None = None,
-) -> BuildReport:
+) -> list[Built]:
     """Build every missing or invalid graph of `agent_graphs`, largest agent first,
-    one at a time; then, if the agents with a valid graph are not the ones the
-    global graph leaves out, rebuild the global graph without them. No new build
-    starts once `time_budget_seconds` have passed (the rest is left to the next
-    run). Raises BuildRunning if another build holds the lock."""
+    one at a time; no new build starts once `time_budget_seconds` have passed (the
+    rest is left to the next run). Raises BuildRunning if another build holds the lock."""
     if connection.in_atomic_block:
         raise RuntimeError("agent graphs cannot be built inside a transaction")
     with connection.cursor() as cursor:
@@ -221,22 +131,14 @@ def agent_graphs_build_missing(
             raise BuildRunning("another agent graph build is running")
     try:
         started = time.monotonic()
-
-        def in_budget() -> bool:
-            return time_budget_seconds is None or time.monotonic() - started <= time_budget_seconds
-
         done = []
         for graph in agent_graphs(min_rows=min_rows, max_graphs=max_graphs):
             if graph.state not in ("missing", "invalid"):
                 continue
-            if not in_budget():
+            if time_budget_seconds is not None and time.monotonic() - started > time_budget_seconds:
                 break
             done.append(Built(graph, agent_graph_build(graph)))
-        wanted = frozenset(sorted(agents_with_graphs())[:MAX_EXCLUDED])
-        global_seconds = None
-        if wanted != global_graph_excluded() and in_budget():
-            global_seconds = global_graph_rebuild(wanted)
-        return BuildReport(done, global_seconds, len(global_graph_excluded()))
+        return done
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [BUILD_LOCK])
@@ -248,12 +150,17 @@ def agent_graph_build(graph: AgentGraph) -> float:
     it took. Runs outside a transaction: CREATE INDEX CONCURRENTLY must."""
     if connection.in_atomic_block:
         raise RuntimeError("agent_graph_build cannot run inside a transaction")
+    template = _global_graph()
+    opclass = template.opclasses[0]
     started = time.perf_counter()
     with connection.cursor() as cursor:
         if graph.state == "invalid":
             cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {graph.index}")
         with _build_memory(cursor):
             cursor.execute(
-                _graph_sql(graph.index, f"agent_id = '{uuid.UUID(str(graph.agent_id))}'::uuid")
+                f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {graph.index} ON {Episode._meta.db_table}"
+                f" USING hnsw (embedding {opclass})"
+                f" WITH (m = {int(template.m)}, ef_construction = {int(template.ef_construction)})"
+                f" WHERE agent_id = '{uuid.UUID(str(graph.agent_id))}'::uuid"
             )
     return time.perf_counter() - started

@@ -170,8 +170,6 @@ class Episode(models.Model):
             # nightly job that fails the same way), and with 16 links a node's
             # neighbours stay inside its cluster of near-copies — whole clusters
             # became unreachable (recall@10 vs exact 0.89 at 1M rows, docs/benchmarks.md).
-            # episodes.agent_graphs rebuilds it, under this name and with these
-            # parameters, as a partial index leaving out the agents with their own.
             HnswIndex(
                 name="episodes_embedding_hnsw",
                 fields=["embedding"],

@@ -203,18 +203,17 @@ AGENT_GRAPHS_TIME_BUDGET_SECONDS = 20 * 60
     soft_time_limit=AGENT_GRAPHS_TIME_BUDGET_SECONDS + 15 * 60,
     time_limit=AGENT_GRAPHS_TIME_BUDGET_SECONDS + 20 * 60,
 )
-def build_agent_graphs() -> dict:
-    """celery-beat: give the large agents their own HNSW graphs and leave them out of
-    the global one (episodes.agent_graphs). Returns what it built; nothing when
-    another build is running."""
+def build_agent_graphs() -> list[str]:
+    """celery-beat: give the large agents their own HNSW graphs (episodes.agent_graphs).
+    Returns the agents built for; nothing when another build is running."""
     from .agent_graphs import BuildRunning, agent_graphs_build_missing
 
     try:
-        report = agent_graphs_build_missing(time_budget_seconds=AGENT_GRAPHS_TIME_BUDGET_SECONDS)
+        done = agent_graphs_build_missing(time_budget_seconds=AGENT_GRAPHS_TIME_BUDGET_SECONDS)
     except BuildRunning:
         logger.info("build_agent_graphs: another build is running")
-        return {"built": [], "global_rebuilt": False}
-    for built in report.built:
+        return []
+    for built in done:
         logger.info(
             "build_agent_graphs: agent %s (%s episodes): %s in %.1f s",
             built.graph.agent_id,
@@ -222,13 +221,4 @@ def build_agent_graphs() -> dict:
             built.graph.index,
             built.seconds,
         )
-    if report.global_seconds is not None:
-        logger.info(
-            "build_agent_graphs: global graph rebuilt in %.1f s, leaving out %s agent(s)",
-            report.global_seconds,
-            report.excluded,
-        )
-    return {
-        "built": [str(b.graph.agent_id) for b in report.built],
-        "global_rebuilt": report.global_seconds is not None,
-    }
+    return [str(b.graph.agent_id) for b in done]

@@ -1,5 +1,4 @@
-"""A large agent's own HNSW graph: built concurrently, once, used by its searches,
-and left out of the global graph."""
+"""A large agent's own HNSW graph: built concurrently, once, and used by its searches."""
 
 from io import StringIO
 
@@ -10,15 +9,11 @@ from django.db import connection
 
 from episodes.agent_graphs import (
     BUILD_LOCK,
-    GLOBAL_GRAPH,
-    GLOBAL_GRAPH_NEXT,
     PREFIX,
     BuildRunning,
     agent_graph_build,
     agent_graphs,
     agent_graphs_build_missing,
-    global_graph_excluded,
-    global_graph_rebuild,
     graph_name,
 )
 from episodes.retrieval import SearchFilters, episode_search
@@ -38,9 +33,6 @@ def _drop_agent_graphs():
         cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE %s", [PREFIX + "%"])
         for (name,) in cursor.fetchall():
             cursor.execute(f"DROP INDEX IF EXISTS {name}")
-    # And the global graph goes back to covering every agent, as migrations made it.
-    if global_graph_excluded() or index_definition(GLOBAL_GRAPH) is None:
-        global_graph_rebuild(set())
 
 
 def index_definition(name: str) -> str | None:
@@ -78,22 +70,19 @@ def test_an_agent_above_the_size_gets_its_own_graph_with_the_global_parameters(a
     assert f"WHERE (agent_id = '{big.pk}'::uuid)" in definition
     assert index_definition(graph_name(small.pk)) is None  # 3 rows: below the size
     assert f"{big.pk}  12 episodes  {graph_name(big.pk)}: missing -> built in" in output
-    assert "1 large agent(s); built 1\n" in output
-    assert output.endswith("leaving out 1 agent(s) with their own\n")
+    assert output.endswith("1 large agent(s); built 1\n")
 
 
 def test_a_second_run_builds_nothing_and_a_dry_run_writes_nothing(agents):
     big, _ = agents
-    assert run("--min-rows", "10", "--dry-run").endswith(
-        "1 large agent(s); would build 1\nglobal graph leaves out 0 agent(s)\n"
-    )
+    assert run("--min-rows", "10", "--dry-run").endswith("1 large agent(s); would build 1\n")
     assert index_definition(graph_name(big.pk)) is None
 
     run("--min-rows", "10")
     again = run("--min-rows", "10")
 
     assert f"{graph_name(big.pk)}: present\n" in again
-    assert again.endswith("1 large agent(s); built 0\nglobal graph leaves out 1 agent(s)\n")
+    assert again.endswith("1 large agent(s); built 0\n")
 
 
 def test_a_build_left_invalid_is_redone(agents):
@@ -154,7 +143,9 @@ def test_past_the_limit_of_graphs_the_smaller_agents_get_none(agents):
     assert index_definition(graph_name(big.pk)) is not None
     assert index_definition(graph_name(small.pk)) is None
     assert f"{graph_name(small.pk)}: over-limit\n" in output
-    assert "2 large agent(s); built 1; 1 over the limit of graphs, left without one\n" in output
+    assert output.endswith(
+        "2 large agent(s); built 1; 1 over the limit of graphs, left without one\n"
+    )
     # An agent that has its graph keeps it when others outgrow it.
     assert [g.state for g in agent_graphs(min_rows=3, max_graphs=0)] == ["present", "over-limit"]
 
@@ -178,25 +169,22 @@ def test_one_build_at_a_time(agents):
             agent_graphs_build_missing(min_rows=10)
         with pytest.raises(CommandError, match="another agent graph build is running"):
             run("--min-rows", "10")
-        assert build_agent_graphs.apply().get() == {"built": [], "global_rebuilt": False}
+        assert build_agent_graphs.apply().get() == []
         assert index_definition(graph_name(big.pk)) is None
     finally:
         other.close()  # the lock goes with the session
 
-    # 12 rows: below the default size
-    assert build_agent_graphs.apply().get() == {"built": [], "global_rebuilt": False}
-    report = agent_graphs_build_missing(min_rows=10)
-    assert [b.graph.agent_id for b in report.built] == [big.pk]
+    assert build_agent_graphs.apply().get() == []  # 12 rows: below the default size
+    assert [b.graph.agent_id for b in agent_graphs_build_missing(min_rows=10)] == [big.pk]
 
 
 def test_the_beat_task_builds_the_missing_graphs(agents, settings):
     big, _ = agents
     settings.EPISODES_AGENT_GRAPH_MIN_ROWS = 10
 
-    assert build_agent_graphs.apply().get() == {"built": [str(big.pk)], "global_rebuilt": True}
-    assert build_agent_graphs.apply().get() == {"built": [], "global_rebuilt": False}
+    assert build_agent_graphs.apply().get() == [str(big.pk)]
+    assert build_agent_graphs.apply().get() == []
     assert [g.state for g in agent_graphs()] == ["present"]
-    assert global_graph_excluded() == {big.pk}
 
 
 @pytest.fixture
@@ -277,69 +265,6 @@ def test_the_admin_page_is_for_staff_and_the_build_for_superusers(agents, client
     assert client.post(url).status_code == 403
 
 
-def plan(agent, vector) -> str:
-    """The plan of the agent's nearest-vector query, sorting ruled out (a dozen rows
-    would be sorted otherwise): which graph it walks."""
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE episodes_episode")
-        cursor.execute("SET enable_sort = off")
-        try:
-            cursor.execute(
-                "EXPLAIN SELECT id FROM episodes_episode WHERE agent_id = %s"
-                " ORDER BY embedding <=> %s::vector LIMIT 10",
-                [agent.pk, "[" + ",".join(str(x) for x in vector) + "]"],
-            )
-            return "\n".join(r[0] for r in cursor.fetchall())
-        finally:
-            cursor.execute("RESET enable_sort")
-
-
-def test_the_global_graph_leaves_out_the_agents_with_their_own(agents):
-    big, small = agents
-    query = topic(2, noise=0.05, seed=3)
-    before = {a: episode_search(agent=a, query="qqqzzz", query_embedding=query) for a in agents}
-
-    run("--min-rows", "10")
-
-    assert global_graph_excluded() == {big.pk}
-    definition = index_definition(GLOBAL_GRAPH)
-    assert f"WHERE (agent_id <> ALL ('{{{big.pk}}}'::uuid[]))" in definition
-    assert "m='32'" in definition and "ef_construction='128'" in definition
-    assert index_definition(GLOBAL_GRAPH_NEXT) is None
-    # Each agent walks one graph: the small one the global, the big one its own.
-    assert f"Index Scan using {GLOBAL_GRAPH} " in plan(small, query)
-    assert f"Index Scan using {graph_name(big.pk)}" in plan(big, query)
-    for a in agents:
-        after = episode_search(agent=a, query="qqqzzz", query_embedding=query)
-        assert [h.obj.pk for h in after.hits] == [h.obj.pk for h in before[a].hits]
-
-
-def test_an_agent_whose_graph_is_gone_goes_back_into_the_global_graph(agents):
-    big, _ = agents
-    run("--min-rows", "10")
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP INDEX {graph_name(big.pk)}")
-
-    output = run("--min-rows", "100")  # no longer large: no graph is built again
-
-    assert global_graph_excluded() == frozenset()
-    assert "WHERE" not in index_definition(GLOBAL_GRAPH)
-    assert output.endswith("leaving out 0 agent(s) with their own\n")
-
-
-def test_a_swap_cut_short_is_finished(agents):
-    big, _ = agents
-    # What a crash between the swap's DROP and RENAME leaves: only the new graph.
-    with connection.cursor() as cursor:
-        cursor.execute(f"ALTER INDEX {GLOBAL_GRAPH} RENAME TO {GLOBAL_GRAPH_NEXT}")
-    assert index_definition(GLOBAL_GRAPH) is None
-
-    run("--min-rows", "10")
-
-    assert global_graph_excluded() == {big.pk}
-    assert index_definition(GLOBAL_GRAPH_NEXT) is None
-
-
 def test_builds_get_their_memory_and_put_the_setting_back(agents, settings):
     settings.EPISODES_GRAPH_BUILD_MEMORY = "96MB"
     seen = []
@@ -360,5 +285,5 @@ def test_builds_get_their_memory_and_put_the_setting_back(agents, settings):
         cursor.execute("SHOW maintenance_work_mem")
         after = cursor.fetchone()[0]
 
-    assert seen == ["96MB", "96MB"]  # the agent's graph, then the global one
+    assert seen == ["96MB"]
     assert after == before != "96MB"

@@ -215,9 +215,9 @@ EPISODES_AGENT_GRAPH_MAX_GRAPHS = env_int("EPISODES_AGENT_GRAPH_MAX_GRAPHS", 32)
 EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS = env_int(
     "EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS", 3_000
 )
-# maintenance_work_mem for the graph builds above: the whole graph should fit
-# (~2 GB for 1M episodes at m 32), or pgvector finishes the build on disk, slowly.
-EPISODES_GRAPH_BUILD_MEMORY = os.environ.get("EPISODES_GRAPH_BUILD_MEMORY", "2GB")
+# maintenance_work_mem for those builds: the graph should fit (~200 MB for 100k
+# episodes at m 32), or pgvector finishes the build on disk, slowly.
+EPISODES_GRAPH_BUILD_MEMORY = os.environ.get("EPISODES_GRAPH_BUILD_MEMORY", "1GB")
 SKILLS_MATCH_CANDIDATES = env_int("SKILLS_MATCH_CANDIDATES", 20)
 # The longest ?wait= a synchronous execute may ask for.
 SKILLS_MAX_WAIT_SECONDS = env_int("SKILLS_MAX_WAIT_SECONDS", 10)
