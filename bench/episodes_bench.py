@@ -387,7 +387,7 @@ def build_agent_graphs() -> dict:
     from episodes.agent_graphs import agent_graphs, agent_graphs_build_missing
 
     started = time.perf_counter()
-    built = agent_graphs_build_missing()
+    built = [run for run in agent_graphs_build_missing() if run.seconds is not None]
     return {
         "built": len(built),
         "seconds_each": [round(b.seconds, 1) for b in built],

@@ -181,7 +181,7 @@ class EpisodeAdmin(ReadOnlyAdmin):
             "graphs": graphs,
             "min_rows": settings.EPISODES_AGENT_GRAPH_MIN_ROWS,
             "max_graphs": settings.EPISODES_AGENT_GRAPH_MAX_GRAPHS,
-            "to_build": sum(g.state in ("missing", "invalid") for g in graphs),
+            "to_build": sum(g.needs_build for g in graphs),
             "can_build": request.user.is_superuser,
         }
         return TemplateResponse(request, "admin/episodes/episode/agent_graphs.html", context)

@@ -48,13 +48,17 @@ class AgentGraph:
     # "over-limit" (not among the EPISODES_AGENT_GRAPH_MAX_GRAPHS largest; none is built)
     state: str
 
+    @property
+    def needs_build(self) -> bool:
+        return self.state in ("missing", "invalid")
+
 
 @contextmanager
 def _build_memory(cursor):
     """pgvector builds the graph in maintenance_work_mem and, once it no longer fits,
     goes on inserting one tuple at a time on disk: at PostgreSQL's 64 MB, a 1M-row
-    rebuild had loaded 312k tuples after 13 minutes, and with 2 GB it took 11
-    (docs/benchmarks.md). Set for this session's build (EPISODES_GRAPH_BUILD_MEMORY),
+    build had loaded 312k tuples after 13 minutes; with 2 GB the whole build took
+    11 (docs/benchmarks.md). Set for this session's build (EPISODES_GRAPH_BUILD_MEMORY),
     then put back."""
     cursor.execute(
         "SELECT current_setting('maintenance_work_mem'),"
@@ -110,8 +114,8 @@ class BuildRunning(Exception):
 
 @dataclass(frozen=True)
 class Built:
-    graph: AgentGraph
-    seconds: float
+    graph: AgentGraph  # as it was before this run
+    seconds: float | None  # how long its build took; None: not built in this run
 
 
 def agent_graphs_build_missing(
@@ -122,7 +126,8 @@ def agent_graphs_build_missing(
 ) -> list[Built]:
     """Build every missing or invalid graph of `agent_graphs`, largest agent first,
     one at a time; no new build starts once `time_budget_seconds` have passed (the
-    rest is left to the next run). Raises BuildRunning if another build holds the lock."""
+    rest is left to the next run). Returns every large agent, built or not.
+    Raises BuildRunning if another build holds the lock."""
     if connection.in_atomic_block:
         raise RuntimeError("agent graphs cannot be built inside a transaction")
     with connection.cursor() as cursor:
@@ -133,11 +138,11 @@ def agent_graphs_build_missing(
         started = time.monotonic()
         done = []
         for graph in agent_graphs(min_rows=min_rows, max_graphs=max_graphs):
-            if graph.state not in ("missing", "invalid"):
-                continue
-            if time_budget_seconds is not None and time.monotonic() - started > time_budget_seconds:
-                break
-            done.append(Built(graph, agent_graph_build(graph)))
+            in_budget = (
+                time_budget_seconds is None or time.monotonic() - started <= time_budget_seconds
+            )
+            seconds = agent_graph_build(graph) if graph.needs_build and in_budget else None
+            done.append(Built(graph, seconds))
         return done
     finally:
         with connection.cursor() as cursor:

@@ -115,11 +115,6 @@ SESSION_WEIGHT = 0.5
 # 8,000 holds one actor of a 100k-row agent (~6,300 rows, bench/episodes_bench.py):
 # exact in ~10 ms, where the filtered graph walk took 50-70 ms at recall@10 0.91.
 EXACT_SCAN_MAX_ROWS = 8_000
-# An agent with a graph of its own (episodes.agent_graphs) walks only its own
-# nodes, so a filtered set above settings.EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS
-# goes through the graph instead. Where that pays depends on the CPU
-# (docs/benchmarks.md): one actor of a 100k-row agent (~6,600 rows) took ANN 3 ms
-# against ~5 ms exact on an AVX-512 host, 12.8 against 10.2 ms on an AVX2 one.
 EXACT_SCAN_HEAP_MAX_ROWS = 500
 EXACT_SCAN_COVERED = frozenset({"actor", "occurred_after", "occurred_before"})
 # 100 gave recall@10 0.945-0.995 against exact on the test's clustered data, 200
@@ -909,6 +904,9 @@ def _fetch(
             cursor, query, model_name, ef_search, own_graph
         )
         if has_graph:
+            # Its own graph holds only its nodes, so a smaller filtered set finds
+            # its k through the graph (where that pays depends on the CPU:
+            # settings, docs/benchmarks.md).
             spec.exact_max = min(spec.exact_max, settings.EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS)
         lexemes = _lexemes(texts, spec.table)
         wanted = lexemes or (vector is not None and spec.agent_only)

@@ -209,10 +209,11 @@ def build_agent_graphs() -> list[str]:
     from .agent_graphs import BuildRunning, agent_graphs_build_missing
 
     try:
-        done = agent_graphs_build_missing(time_budget_seconds=AGENT_GRAPHS_TIME_BUDGET_SECONDS)
+        runs = agent_graphs_build_missing(time_budget_seconds=AGENT_GRAPHS_TIME_BUDGET_SECONDS)
     except BuildRunning:
         logger.info("build_agent_graphs: another build is running")
         return []
+    done = [run for run in runs if run.seconds is not None]
     for built in done:
         logger.info(
             "build_agent_graphs: agent %s (%s episodes): %s in %.1f s",

@@ -175,7 +175,11 @@ def test_one_build_at_a_time(agents):
         other.close()  # the lock goes with the session
 
     assert build_agent_graphs.apply().get() == []  # 12 rows: below the default size
-    assert [b.graph.agent_id for b in agent_graphs_build_missing(min_rows=10)] == [big.pk]
+    runs = agent_graphs_build_missing(min_rows=10)
+    assert [(r.graph.agent_id, r.seconds is not None) for r in runs] == [(big.pk, True)]
+    # A second run lists the agent, now with its graph, and builds nothing.
+    again = agent_graphs_build_missing(min_rows=10)
+    assert [(r.graph.state, r.seconds) for r in again] == [("present", None)]
 
 
 def test_the_beat_task_builds_the_missing_graphs(agents, settings):

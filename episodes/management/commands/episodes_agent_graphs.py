@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from episodes.agent_graphs import BuildRunning, agent_graphs, agent_graphs_build_missing
+from episodes.agent_graphs import BuildRunning, Built, agent_graphs, agent_graphs_build_missing
 
 
 class Command(BaseCommand):
@@ -25,22 +25,25 @@ class Command(BaseCommand):
         for value, flag in ((min_rows, "--min-rows"), (max_graphs, "--max-graphs")):
             if value is not None and value < 1:
                 raise CommandError(f"{flag} must be at least 1, not {value}")
-        graphs = agent_graphs(min_rows=min_rows, max_graphs=max_graphs)
-        built = {}
-        if not dry_run:
+        if dry_run:
+            runs = [Built(g, None) for g in agent_graphs(min_rows=min_rows, max_graphs=max_graphs)]
+        else:
             try:
-                done = agent_graphs_build_missing(min_rows=min_rows, max_graphs=max_graphs)
+                runs = agent_graphs_build_missing(min_rows=min_rows, max_graphs=max_graphs)
             except BuildRunning as exc:
                 raise CommandError(f"{exc}; try again when it has finished") from exc
-            built = {b.graph.agent_id: b.seconds for b in done}
-        for graph in graphs:
+        graphs = [run.graph for run in runs]
+        for run in runs:
+            graph = run.graph
             line = f"{graph.agent_id}  {graph.rows:,} episodes  {graph.index}: {graph.state}"
-            if graph.agent_id in built:
-                line += f" -> built in {built[graph.agent_id]:.1f} s"
+            if run.seconds is not None:
+                line += f" -> built in {run.seconds:.1f} s"
             self.stdout.write(line)
-        todo = sum(g.state in ("missing", "invalid") for g in graphs)
         summary = f"{len(graphs)} large agent(s); "
-        summary += f"would build {todo}" if dry_run else f"built {len(built)}"
+        if dry_run:
+            summary += f"would build {sum(g.needs_build for g in graphs)}"
+        else:
+            summary += f"built {sum(run.seconds is not None for run in runs)}"
         over = sum(g.state == "over-limit" for g in graphs)
         if over:
             summary += f"; {over} over the limit of graphs, left without one"
