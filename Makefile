@@ -37,8 +37,11 @@ $(STAMP): pyproject.toml | $(PY)
 run: install
 	$(PY) scripts/run.py
 
+# One pytest-xdist worker per core, each with its own test database, Celery
+# queue and cache prefix (piper/settings/test.py); PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= auto
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 stop:
 	$(PY) -m piper.embedded stop

@@ -13,6 +13,12 @@ STORAGES["staticfiles"]["BACKEND"] = "django.contrib.staticfiles.storage.StaticF
 # database, throttle counters or a Celery queue. The values go into the
 # environment so a worker process started by the tests inherits them.
 RUN_ID = os.environ.setdefault("PIPER_TEST_RUN_ID", str(os.getpid()))
+# Under pytest-xdist every worker inherits the controller's id: each adds its
+# own name (gw0, gw1…), as pytest-django adds it to the test database's. The
+# Celery processes a worker starts inherit both, hence the endswith.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER and not RUN_ID.endswith(f"-{XDIST_WORKER}"):
+    RUN_ID = os.environ["PIPER_TEST_RUN_ID"] = f"{RUN_ID}-{XDIST_WORKER}"
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PIPER_TEST_DB", "test_piper")}  # noqa: F405
 CACHES["default"]["KEY_PREFIX"] = f"piper-test-{RUN_ID}"  # noqa: F405
 CELERY_TASK_DEFAULT_QUEUE = f"piper-test-{RUN_ID}"

@@ -435,6 +435,9 @@ def test_project_tree_settings_and_sockets_are_invisible():
             return seen
         """,
         {"paths": paths},
+        # Walking every visible file takes seconds of CPU on a slow or busy
+        # machine; this test is about what is visible, not about the limits.
+        limits=Limits(cpu_seconds=30, wall_seconds=60),
     )
     assert result.outcome == "ok", result.error
     seen = result.result
