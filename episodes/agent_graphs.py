@@ -151,12 +151,16 @@ def agent_graphs_build_missing(
 
 def agent_graph_build(graph: AgentGraph) -> float:
     """Build (or rebuild, if a failed build left it invalid) the agent's graph with
-    the global graph's parameters, without blocking writes. Returns the seconds
+    the global graph's operator class and EPISODES_AGENT_GRAPH_M /
+    EPISODES_AGENT_GRAPH_EF_CONSTRUCTION, without blocking writes. Returns the seconds
     it took. Runs outside a transaction: CREATE INDEX CONCURRENTLY must."""
     if connection.in_atomic_block:
         raise RuntimeError("agent_graph_build cannot run inside a transaction")
-    template = _global_graph()
-    opclass = template.opclasses[0]
+    opclass = _global_graph().opclasses[0]
+    m, ef_construction = (
+        settings.EPISODES_AGENT_GRAPH_M,
+        settings.EPISODES_AGENT_GRAPH_EF_CONSTRUCTION,
+    )
     started = time.perf_counter()
     with connection.cursor() as cursor:
         if graph.state == "invalid":
@@ -165,7 +169,7 @@ def agent_graph_build(graph: AgentGraph) -> float:
             cursor.execute(
                 f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {graph.index} ON {Episode._meta.db_table}"
                 f" USING hnsw (embedding {opclass})"
-                f" WITH (m = {int(template.m)}, ef_construction = {int(template.ef_construction)})"
+                f" WITH (m = {int(m)}, ef_construction = {int(ef_construction)})"
                 f" WHERE agent_id = '{uuid.UUID(str(graph.agent_id))}'::uuid"
             )
     return time.perf_counter() - started

@@ -58,15 +58,16 @@ def run(*args) -> str:
     return out.getvalue()
 
 
-def test_an_agent_above_the_size_gets_its_own_graph_with_the_global_parameters(agents):
+def test_an_agent_above_the_size_gets_its_own_graph_with_the_own_graph_parameters(agents, settings):
     big, small = agents
+    settings.EPISODES_AGENT_GRAPH_M, settings.EPISODES_AGENT_GRAPH_EF_CONSTRUCTION = 12, 48
 
     output = run("--min-rows", "10")
 
     definition = index_definition(graph_name(big.pk))
     assert definition is not None
     assert "USING hnsw (embedding vector_cosine_ops)" in definition
-    assert "m='32'" in definition and "ef_construction='128'" in definition
+    assert "m='12'" in definition and "ef_construction='48'" in definition
     assert f"WHERE (agent_id = '{big.pk}'::uuid)" in definition
     assert index_definition(graph_name(small.pk)) is None  # 3 rows: below the size
     assert f"{big.pk}  12 episodes  {graph_name(big.pk)}: missing -> built in" in output

@@ -215,6 +215,15 @@ EPISODES_AGENT_GRAPH_MAX_GRAPHS = env_int("EPISODES_AGENT_GRAPH_MAX_GRAPHS", 32)
 EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS = env_int(
     "EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS", 3_000
 )
+# An agent's own graph is m 16 / ef_construction 128, not the global graph's
+# m 32 / 128: the global graph needs its links to walk past other agents' nodes,
+# an agent's own graph has none. On one agent's 100k episodes (docs/benchmarks.md)
+# recall@10 was the same (1.0 / 0.9975 actor / 0.9995 90 days against 1.0 /
+# 0.9965 / 0.9995), an insert into it took 4.7 ms against 8.4 and the build
+# 64 s against 106; ef_construction 64 as well lost recall (0.9895, some
+# queries 0 of 10) for 2.6 ms. Graphs already built keep their parameters.
+EPISODES_AGENT_GRAPH_M = env_int("EPISODES_AGENT_GRAPH_M", 16)
+EPISODES_AGENT_GRAPH_EF_CONSTRUCTION = env_int("EPISODES_AGENT_GRAPH_EF_CONSTRUCTION", 128)
 # maintenance_work_mem for those builds: the graph should fit (~200 MB for 100k
 # episodes at m 32), or pgvector finishes the build on disk, slowly.
 EPISODES_GRAPH_BUILD_MEMORY = os.environ.get("EPISODES_GRAPH_BUILD_MEMORY", "1GB")
