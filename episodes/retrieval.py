@@ -441,9 +441,18 @@ class _Spec:
         return " AND ".join(self.where)
 
 
-def _loaded_columns(model: type) -> list[str]:
-    skip = {"search_vector", "embedding"}
-    return [f.column for f in model._meta.concrete_fields if f.column not in skip]
+# The search columns are never loaded into hits (a vector is 1.5 kB a row).
+SEARCH_COLUMNS = frozenset({"search_vector", "embedding"})
+
+
+def _columns(model: type, only: Sequence[str] | None = None) -> list[str]:
+    """The model's columns in concrete-field order (as from_db takes them): all
+    but SEARCH_COLUMNS, or those in `only`."""
+    fields = model._meta.concrete_fields
+    if only is None:
+        return [f.column for f in fields if f.column not in SEARCH_COLUMNS]
+    wanted = set(only)
+    return [f.column for f in fields if f.column in wanted]
 
 
 def _attnames(model: type, columns: Sequence[str]) -> list[str]:
@@ -472,11 +481,6 @@ class _Key:
             self.tiebreak = (str(self.source_id), self.ordinal)
 
 
-def _in_field_order(model: type, columns: Sequence[str]) -> list[str]:
-    wanted = set(columns)
-    return [f.column for f in model._meta.concrete_fields if f.column in wanted]
-
-
 def _episode_spec(agent: Agent, filters: SearchFilters) -> _Spec:
     where = ["e.agent_id = %(agent)s"]
     params: dict[str, Any] = {"agent": agent.pk}
@@ -503,10 +507,10 @@ def _episode_spec(agent: Agent, filters: SearchFilters) -> _Spec:
         Episode._meta.db_table,
         where,
         params,
-        _loaded_columns(Episode),
+        _columns(Episode),
         EXACT_SCAN_MAX_ROWS if covered else EXACT_SCAN_HEAP_MAX_ROWS,
         not used,
-        _in_field_order(Episode, ["id", "session_id", "occurred_at"]),
+        _columns(Episode, only=["id", "session_id", "occurred_at"]),
     )
 
 
@@ -522,10 +526,10 @@ def _chunk_spec(agent: Agent, source_id: uuid.UUID | None) -> _Spec:
         SourceChunk._meta.db_table,
         where,
         params,
-        _loaded_columns(SourceChunk),
+        _columns(SourceChunk),
         EXACT_SCAN_MAX_ROWS,
         source_id is None,
-        _in_field_order(SourceChunk, ["id", "source_id", "ordinal"]),
+        _columns(SourceChunk, only=["id", "source_id", "ordinal"]),
     )
 
 
