@@ -131,6 +131,11 @@ POOL_GLOBAL_BUDGET = 40_000
 # query of only very common words is otherwise a scan of the agent's rows).
 POOL_MAX_ROWS = 1_000
 ROW_COUNT_CACHE_SECONDS = 60.0
+# The same, for a filtered set's count (which decides exact scan or graph): an
+# actor's ~6,000 rows took 2.2 ms to count on every search (docs/benchmarks.md).
+# A count up to a minute old can only pick the slower of two correct plans: an
+# exact scan of a set that has grown, or the graph for one that has shrunk,
+# which falls back to the exact scan when it finds too few.
 AGENT_COUNT_CAP = 200_000
 # ts_rank normalization 1: divide by 1 + log(document length).
 TS_RANK_NORMALIZATION = 1
@@ -289,6 +294,7 @@ _frequency_cache: dict[
     str, tuple[float, dict[str, float], float | None, float, dict[uuid.UUID, float]]
 ] = {}
 _count_cache: dict[tuple[str, uuid.UUID], tuple[float, int]] = {}
+_filtered_count_cache: dict[tuple, tuple[float, int]] = {}
 
 
 def _global_frequencies(table: str) -> tuple[dict[str, float], float | None, float]:
@@ -366,6 +372,28 @@ def forget_statistics() -> None:
     with _cache_lock:
         _frequency_cache.clear()
         _count_cache.clear()
+        _filtered_count_cache.clear()
+
+
+def _filtered_count_key(spec: _Spec) -> tuple:
+    """What a filtered set's count depends on: the table, the conditions and
+    their values (taken before the statement adds its own parameters), and the
+    limit the count is capped at."""
+    return (spec.table, spec.where_sql, spec.exact_max, tuple(sorted(spec.params.items())))
+
+
+def _cached_filtered_count(key: tuple) -> int | None:
+    cached = _filtered_count_cache.get(key)
+    if cached is not None and time.monotonic() - cached[0] < ROW_COUNT_CACHE_SECONDS:
+        return cached[1]
+    return None
+
+
+def _remember_filtered_count(key: tuple, count: int) -> None:
+    with _cache_lock:
+        if len(_filtered_count_cache) > 10_000:
+            _filtered_count_cache.clear()
+        _filtered_count_cache[key] = (time.monotonic(), count)
 
 
 @dataclass(frozen=True)
@@ -603,14 +631,18 @@ text_hits AS MATERIALIZED (
     )
 
 
-def _vector_ctes(spec: _Spec, k: int, agent_rows: int) -> str:
+def _vector_ctes(spec: _Spec, k: int, agent_rows: int, known_rows: int | None) -> str:
     """An exact scan when the filters leave at most spec.exact_max rows,
     otherwise the HNSW index with an iterative scan; only one of the two runs
     (the other's one-time filter is false). Without filters, an agent whose
-    (cached) row count is far above the limit is not counted again."""
+    (cached) row count is far above the limit is not counted again; with
+    filters, a set counted in the last minute (`known_rows`) neither."""
     spec.params.update(k_vec=k, exact_max=spec.exact_max, exact_cap=spec.exact_max + 1)
     if spec.agent_only and agent_rows > 2 * spec.exact_max:
         rows_sql = "SELECT %(exact_cap)s::bigint AS n"
+    elif known_rows is not None:
+        spec.params["known_rows"] = known_rows
+        rows_sql = "SELECT %(known_rows)s::bigint AS n"
     else:
         rows_sql = f"""SELECT count(*) AS n FROM (
         SELECT 1 FROM {spec.table} e WHERE {spec.where_sql} LIMIT %(exact_cap)s
@@ -676,6 +708,7 @@ def _statement(
     vector: Sequence[float] | None,
     entities: Sequence[str],
     k: int,
+    known_rows: int | None = None,
 ) -> str:
     ctes, sources, joins = [], [], []
     if lexemes:
@@ -686,7 +719,7 @@ def _statement(
         joins.append("CROSS JOIN weights w")
     if vector is not None:
         spec.params["qv"] = _vector_literal(vector)
-        ctes.append(_vector_ctes(spec, k, agent_rows))
+        ctes.append(_vector_ctes(spec, k, agent_rows, known_rows))
         sources.append("SELECT id FROM vec_hits")
         joins.append("LEFT JOIN vec_hits v ON v.id = e.id")
     if entities:
@@ -920,14 +953,18 @@ def _fetch(
             threshold, source = float(calibration[1]), calibration[0]
         strategy = "none"
         rows: list[tuple] = []
+        count_key = _filtered_count_key(spec) if vector is not None else None
+        known_rows = _cached_filtered_count(count_key) if count_key is not None else None
         if lexemes or vector is not None:
             total_rows = _global_frequencies(spec.table)[2]
-            sql = _statement(spec, lexemes, agent_rows, total_rows, vector, entities, k)
+            sql = _statement(spec, lexemes, agent_rows, total_rows, vector, entities, k, known_rows)
             cursor.execute(sql, spec.params)
             rows = cursor.fetchall()
         n = len(spec.key_columns)
         if vector is not None:
-            counted = next((r[n + 5] for r in rows if r[n + 5] is not None), None)
+            counted = known_rows
+            if counted is None:
+                counted = next((r[n + 5] for r in rows if r[n + 5] is not None), None)
             if counted is None:
                 cursor.execute(
                     f"SELECT count(*) FROM (SELECT 1 FROM {spec.table} e"
@@ -935,6 +972,8 @@ def _fetch(
                     spec.params,
                 )
                 counted = cursor.fetchone()[0]
+            if known_rows is None:
+                _remember_filtered_count(count_key, counted)
             strategy = "exact" if counted <= spec.exact_max else "hnsw"
             found = sum(1 for r in rows if r[n + 1] is not None)
             if strategy == "hnsw" and found < k:

@@ -459,6 +459,53 @@ def test_the_vector_list_is_exact_for_a_small_agent(agent_a, incidents):
     assert result.vector_strategy == "exact"
 
 
+def _counts_the_set(queries) -> bool:
+    return any("SELECT 1 FROM episodes_episode e WHERE" in q["sql"] for q in queries)
+
+
+def test_a_filtered_set_is_counted_once_a_minute(agent_a, monkeypatch):
+    for i in range(6):
+        record(agent_a, summary=f"step {i}", actor="ops", embedding=topic(i))
+    record(agent_a, summary="someone else's step", actor="dev", embedding=topic(1))
+    ops = SearchFilters(actor="ops")
+
+    with CaptureQueriesContext(connection) as first:
+        before = search(agent_a, "step", vector=topic(1), filters=ops)
+    with CaptureQueriesContext(connection) as second:
+        again = search(agent_a, "step", vector=topic(1), filters=ops)
+    with CaptureQueriesContext(connection) as other_actor:
+        search(agent_a, "step", vector=topic(1), filters=SearchFilters(actor="dev"))
+
+    assert _counts_the_set(first) and not _counts_the_set(second)
+    assert _counts_the_set(other_actor)  # another set, another count
+    assert summaries(again) == summaries(before) and again.vector_strategy == "exact"
+    # A minute later the set is counted again.
+    clock = retrieval.time.monotonic() + retrieval.ROW_COUNT_CACHE_SECONDS + 1
+    monkeypatch.setattr(retrieval.time, "monotonic", lambda: clock)
+    with CaptureQueriesContext(connection) as later:
+        search(agent_a, "step", vector=topic(1), filters=ops)
+    assert _counts_the_set(later)
+
+
+def test_a_stale_count_picks_a_slower_plan_never_a_wrong_answer(agent_a, monkeypatch):
+    for i in range(6):
+        record(agent_a, summary=f"step {i}", actor="ops", embedding=topic(i))
+    ops = SearchFilters(actor="ops")
+    expected = search(agent_a, "step", vector=topic(2), filters=ops)
+    nearest = min(expected.hits, key=lambda h: h.signals["vector_position"])
+    assert nearest.obj.summary == "step 2"
+    # As if the set had shrunk from far above the limit since it was counted:
+    # the graph walk is taken, finds fewer than k rows and the exact scan answers.
+    monkeypatch.setattr(retrieval, "_cached_filtered_count", lambda key: 10**6)
+
+    result = search(agent_a, "step", vector=topic(2), filters=ops)
+
+    assert result.vector_strategy == "hnsw+exact"
+    assert [(h.obj.pk, h.signals) for h in result.hits] == [
+        (h.obj.pk, h.signals) for h in expected.hits
+    ]
+
+
 # ------------------------------------------------------------------- chunks
 
 
