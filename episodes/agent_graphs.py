@@ -44,13 +44,28 @@ class AgentGraph:
     agent_id: uuid.UUID
     rows: int
     index: str
-    # "present", "missing", "invalid" (a concurrent build that failed) or
+    # "present", "missing", "invalid" (a concurrent build that failed), "outdated"
+    # (built with other m / ef_construction than the settings now say) or
     # "over-limit" (not among the EPISODES_AGENT_GRAPH_MAX_GRAPHS largest; none is built)
     state: str
 
     @property
     def needs_build(self) -> bool:
-        return self.state in ("missing", "invalid")
+        return self.state in ("missing", "invalid", "outdated")
+
+
+def _parameters(reloptions: list[str] | None) -> dict[str, int]:
+    """m and ef_construction from an index's reloptions (['m=16', …]); pgvector's
+    defaults (16 / 64) for one built without them."""
+    given = dict(option.split("=", 1) for option in reloptions or ())
+    return {"m": int(given.get("m", 16)), "ef_construction": int(given.get("ef_construction", 64))}
+
+
+def _wanted_parameters() -> dict[str, int]:
+    return {
+        "m": int(settings.EPISODES_AGENT_GRAPH_M),
+        "ef_construction": int(settings.EPISODES_AGENT_GRAPH_EF_CONSTRUCTION),
+    }
 
 
 @contextmanager
@@ -92,16 +107,19 @@ def agent_graphs(*, min_rows: int | None = None, max_graphs: int | None = None) 
         )
         large = cursor.fetchall()
         cursor.execute(
-            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            "SELECT c.relname, i.indisvalid, c.reloptions"
+            "  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
             " WHERE i.indrelid = %s::regclass AND c.relname LIKE %s",
             [table, PREFIX + "%"],
         )
-        built = dict(cursor.fetchall())
+        built = {name: (valid, _parameters(options)) for name, valid, options in cursor.fetchall()}
+    wanted = _wanted_parameters()
     out = []
     for rank, (agent_id, rows) in enumerate(large):
         name = graph_name(agent_id)
         if name in built:
-            state = "present" if built[name] else "invalid"
+            valid, parameters = built[name]
+            state = "invalid" if not valid else "present" if parameters == wanted else "outdated"
         else:
             state = "missing" if rank < max_graphs else "over-limit"
         out.append(AgentGraph(agent_id, rows, name, state))
@@ -150,26 +168,25 @@ def agent_graphs_build_missing(
 
 
 def agent_graph_build(graph: AgentGraph) -> float:
-    """Build (or rebuild, if a failed build left it invalid) the agent's graph with
+    """Build (or rebuild, if a failed build left it invalid or the parameters
+    changed) the agent's graph with
     the global graph's operator class and EPISODES_AGENT_GRAPH_M /
     EPISODES_AGENT_GRAPH_EF_CONSTRUCTION, without blocking writes. Returns the seconds
     it took. Runs outside a transaction: CREATE INDEX CONCURRENTLY must."""
     if connection.in_atomic_block:
         raise RuntimeError("agent_graph_build cannot run inside a transaction")
     opclass = _global_graph().opclasses[0]
-    m, ef_construction = (
-        settings.EPISODES_AGENT_GRAPH_M,
-        settings.EPISODES_AGENT_GRAPH_EF_CONSTRUCTION,
-    )
+    wanted = _wanted_parameters()
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        if graph.state == "invalid":
+        if graph.state in ("invalid", "outdated"):
+            # Meanwhile the agent's searches take the global graph, as before its first build.
             cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {graph.index}")
         with _build_memory(cursor):
             cursor.execute(
                 f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {graph.index} ON {Episode._meta.db_table}"
                 f" USING hnsw (embedding {opclass})"
-                f" WITH (m = {int(m)}, ef_construction = {int(ef_construction)})"
+                f" WITH (m = {wanted['m']}, ef_construction = {wanted['ef_construction']})"
                 f" WHERE agent_id = '{uuid.UUID(str(graph.agent_id))}'::uuid"
             )
     return time.perf_counter() - started

@@ -101,6 +101,22 @@ def test_a_build_left_invalid_is_redone(agents):
     assert [g.state for g in agent_graphs(min_rows=10)] == ["present"]
 
 
+def test_a_graph_built_with_other_parameters_is_rebuilt_with_the_settings(agents, settings):
+    big, _ = agents
+    settings.EPISODES_AGENT_GRAPH_M, settings.EPISODES_AGENT_GRAPH_EF_CONSTRUCTION = 12, 48
+    run("--min-rows", "10")
+    settings.EPISODES_AGENT_GRAPH_EF_CONSTRUCTION = 40
+    assert [g.state for g in agent_graphs(min_rows=10)] == ["outdated"]
+    assert "would build 1" in run("--min-rows", "10", "--dry-run")
+
+    output = run("--min-rows", "10")
+
+    assert f"{graph_name(big.pk)}: outdated -> built in" in output
+    definition = index_definition(graph_name(big.pk))
+    assert "m='12'" in definition and "ef_construction='40'" in definition
+    assert [g.state for g in agent_graphs(min_rows=10)] == ["present"]
+
+
 def test_the_agents_search_plans_its_own_graph_and_answers_the_same(agents):
     big, _ = agents
     query = topic(1, noise=0.05, seed=99)
@@ -246,13 +262,13 @@ def test_the_admin_lists_the_graphs_and_a_superuser_queues_the_build(
 
     page = admin_client.get(url).text
     assert f"<td>{big.pk}</td>" in page and f"<td>{small.pk}</td>" not in page
-    assert "<td>missing</td>" in page and "Build the 1 missing graph now" in page
+    assert "<td>missing</td>" in page and "Build the 1 missing or outdated graph now" in page
 
     monkeypatch.setattr(celery_app.conf, "task_always_eager", True)  # the worker, in-process
     response = admin_client.post(url, follow=True)
 
     assert "Queued: a worker builds the missing graphs" in response.text
-    assert "<td>present</td>" in response.text and "missing graph now" not in response.text
+    assert "<td>present</td>" in response.text and "outdated graph now" not in response.text
     assert index_definition(graph_name(big.pk)) is not None
 
 

@@ -221,7 +221,7 @@ EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS = env_int(
 # recall@10 was the same (1.0 / 0.9975 actor / 0.9995 90 days against 1.0 /
 # 0.9965 / 0.9995), an insert into it took 4.7 ms against 8.4 and the build
 # 64 s against 106; ef_construction 64 as well lost recall (0.9895, some
-# queries 0 of 10) for 2.6 ms. Graphs already built keep their parameters.
+# queries 0 of 10) for 2.6 ms. A graph built with others is rebuilt ("outdated").
 EPISODES_AGENT_GRAPH_M = env_int("EPISODES_AGENT_GRAPH_M", 16)
 EPISODES_AGENT_GRAPH_EF_CONSTRUCTION = env_int("EPISODES_AGENT_GRAPH_EF_CONSTRUCTION", 128)
 # maintenance_work_mem for those builds: the graph should fit (~200 MB for 100k
