@@ -131,11 +131,6 @@ POOL_GLOBAL_BUDGET = 40_000
 # query of only very common words is otherwise a scan of the agent's rows).
 POOL_MAX_ROWS = 1_000
 ROW_COUNT_CACHE_SECONDS = 60.0
-# The same, for a filtered set's count (which decides exact scan or graph): an
-# actor's ~6,000 rows took 2.2 ms to count on every search (docs/benchmarks.md).
-# A count up to a minute old can only pick the slower of two correct plans: an
-# exact scan of a set that has grown, or the graph for one that has shrunk,
-# which falls back to the exact scan when it finds too few.
 AGENT_COUNT_CAP = 200_000
 # ts_rank normalization 1: divide by 1 + log(document length).
 TS_RANK_NORMALIZATION = 1
@@ -294,6 +289,12 @@ _frequency_cache: dict[
     str, tuple[float, dict[str, float], float | None, float, dict[uuid.UUID, float]]
 ] = {}
 _count_cache: dict[tuple[str, uuid.UUID], tuple[float, int]] = {}
+# A filtered set's count (which decides exact scan or graph), also kept for
+# ROW_COUNT_CACHE_SECONDS: an actor's ~6,000 rows took 2.2 ms to count on every
+# search (docs/benchmarks.md). A count up to a minute old can only pick the
+# slower of two correct plans: an exact scan of a set that has grown, or the
+# graph for one that has shrunk, which falls back to the exact scan when it
+# finds too few.
 _filtered_count_cache: dict[tuple, tuple[float, int]] = {}
 
 
