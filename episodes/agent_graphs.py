@@ -142,9 +142,10 @@ def agent_graphs_build_missing(
     max_graphs: int | None = None,
     time_budget_seconds: float | None = None,
 ) -> list[Built]:
-    """Build every missing or invalid graph of `agent_graphs`, largest agent first,
-    one at a time; no new build starts once `time_budget_seconds` have passed (the
-    rest is left to the next run). Returns every large agent, built or not.
+    """Build every graph of `agent_graphs` that needs a build (missing, invalid or
+    outdated), largest agent first, one at a time; no new build starts once
+    `time_budget_seconds` have passed (the rest is left to the next run).
+    Returns every large agent, built or not.
     Raises BuildRunning if another build holds the lock."""
     if connection.in_atomic_block:
         raise RuntimeError("agent graphs cannot be built inside a transaction")
@@ -168,11 +169,10 @@ def agent_graphs_build_missing(
 
 
 def agent_graph_build(graph: AgentGraph) -> float:
-    """Build (or rebuild, if a failed build left it invalid or the parameters
-    changed) the agent's graph with
-    the global graph's operator class and EPISODES_AGENT_GRAPH_M /
-    EPISODES_AGENT_GRAPH_EF_CONSTRUCTION, without blocking writes. Returns the seconds
-    it took. Runs outside a transaction: CREATE INDEX CONCURRENTLY must."""
+    """Build the agent's graph (again, if a failed build left it invalid or it is
+    outdated) with the global graph's operator class and EPISODES_AGENT_GRAPH_M /
+    EPISODES_AGENT_GRAPH_EF_CONSTRUCTION, without blocking writes. Returns the
+    seconds it took. Runs outside a transaction: CREATE INDEX CONCURRENTLY must."""
     if connection.in_atomic_block:
         raise RuntimeError("agent_graph_build cannot run inside a transaction")
     opclass = _global_graph().opclasses[0]

@@ -341,16 +341,30 @@ def _statistics(table: str):
     return frequencies, other, total, agents
 
 
+def _cached_count(cache: dict, key) -> int | None:
+    """A count remembered in `cache` less than ROW_COUNT_CACHE_SECONDS ago, else None."""
+    cached = cache.get(key)
+    if cached is not None and time.monotonic() - cached[0] < ROW_COUNT_CACHE_SECONDS:
+        return cached[1]
+    return None
+
+
+def _remember_count(cache: dict, key, count: int) -> None:
+    with _cache_lock:
+        if len(cache) > 10_000:
+            cache.clear()
+        cache[key] = (time.monotonic(), count)
+
+
 def _agent_rows(table: str, agent: Agent) -> int:
     """How many rows the agent has in `table` (the N of inverse document
     frequency): the planner's estimate for an agent its statistics list among
     the most common (counting 100k rows took 15 ms), else counted (at most
     AGENT_COUNT_CAP); cached for ROW_COUNT_CACHE_SECONDS."""
-    now = time.monotonic()
     key = (table, agent.pk)
-    cached = _count_cache.get(key)
-    if cached is not None and now - cached[0] < ROW_COUNT_CACHE_SECONDS:
-        return cached[1]
+    cached = _cached_count(_count_cache, key)
+    if cached is not None:
+        return cached
     _, _, total, agents = _statistics(table)
     if agent.pk in agents and total > 0:
         count = max(int(agents[agent.pk] * total), 1)
@@ -361,10 +375,7 @@ def _agent_rows(table: str, agent: Agent) -> int:
                 [agent.pk, AGENT_COUNT_CAP],
             )
             count = cursor.fetchone()[0]
-    with _cache_lock:
-        if len(_count_cache) > 10_000:
-            _count_cache.clear()
-        _count_cache[key] = (now, count)
+    _remember_count(_count_cache, key, count)
     return count
 
 
@@ -384,17 +395,7 @@ def _filtered_count_key(spec: _Spec) -> tuple:
 
 
 def _cached_filtered_count(key: tuple) -> int | None:
-    cached = _filtered_count_cache.get(key)
-    if cached is not None and time.monotonic() - cached[0] < ROW_COUNT_CACHE_SECONDS:
-        return cached[1]
-    return None
-
-
-def _remember_filtered_count(key: tuple, count: int) -> None:
-    with _cache_lock:
-        if len(_filtered_count_cache) > 10_000:
-            _filtered_count_cache.clear()
-        _filtered_count_cache[key] = (time.monotonic(), count)
+    return _cached_count(_filtered_count_cache, key)
 
 
 @dataclass(frozen=True)
@@ -974,7 +975,7 @@ def _fetch(
                 )
                 counted = cursor.fetchone()[0]
             if known_rows is None:
-                _remember_filtered_count(count_key, counted)
+                _remember_count(_filtered_count_cache, count_key, counted)
             strategy = "exact" if counted <= spec.exact_max else "hnsw"
             found = sum(1 for r in rows if r[n + 1] is not None)
             if strategy == "hnsw" and found < k:

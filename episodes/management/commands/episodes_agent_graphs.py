@@ -10,8 +10,9 @@ class Command(BaseCommand):
         "(EPISODES_AGENT_GRAPH_MAX_GRAPHS) largest first: a partial index built "
         "CONCURRENTLY (writes go on). Within one agent, its searches then have full "
         "recall and filtered searches are faster (docs/benchmarks.md). Idempotent: "
-        "agents that have one are left alone; a failed build is redone. celery-beat "
-        "runs the same hourly."
+        "agents that have one are left alone; a failed build is redone, and so is a "
+        "graph built with other parameters than EPISODES_AGENT_GRAPH_M / "
+        "_EF_CONSTRUCTION. celery-beat runs the same hourly."
     )
 
     def add_arguments(self, parser):
