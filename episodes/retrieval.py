@@ -72,6 +72,7 @@ from piper.tenancy.models import Agent
 
 from .agent_graphs import graph_name
 from .models import TEXT_SEARCH_CONFIG, AbstentionCalibration, Episode, Outcome, SourceChunk
+from .session_context import neighbours_sql, read_neighbours
 
 # ---------------------------------------------------------------- constants
 
@@ -711,7 +712,10 @@ def _statement(
     entities: Sequence[str],
     k: int,
     known_rows: int | None = None,
+    context: bool = False,
 ) -> str:
+    """The hybrid statement: each candidate's key columns and _EXTRA; with
+    `context`, also their session neighbours' (see the end)."""
     ctes, sources, joins = [], [], []
     if lexemes:
         text_sql, pooled = _text_ctes(spec, lexemes, agent_rows, total_rows, k)
@@ -738,12 +742,34 @@ def _statement(
         "w.dfs" if lexemes else "NULL::float8[]",
     ]
     columns = [f"e.{c}" for c in spec.key_columns]
-    return f"""WITH {",".join(ctes)},
-candidates AS ({" UNION ".join(sources)})
-SELECT {", ".join(columns + extra)}
+    named = [f"{sql} AS {name}" for sql, name in zip(extra, _EXTRA, strict=True)]
+    found = f"""SELECT {", ".join(columns + named)}
   FROM candidates c
   JOIN {spec.table} e ON e.id = c.id
   {" ".join(joins)}"""
+    head = f"""WITH {",".join(ctes)},
+candidates AS ({" UNION ".join(sources)})"""
+    if not context:
+        return f"{head}\n{found}"
+    # The candidates' session neighbours in the same statement, as rows whose
+    # last column names the candidate they neighbour (NULL on the candidates).
+    distance = "e.embedding <=> %(qv)s::vector" if vector is not None else "NULL::float8"
+    neighbours = neighbours_sql(
+        table=spec.table,
+        where_sql=spec.where_sql,
+        candidates="in_session",
+        distance_sql=distance,
+        columns=spec.key_columns,
+    )
+    blanks = ", ".join(["NULL"] * (len(_EXTRA) - 2))
+    key = ", ".join(spec.key_columns)
+    return f"""{head},
+found AS MATERIALIZED ({found}),
+in_session AS (SELECT id, session_id, occurred_at FROM found WHERE session_id <> ''),
+neighbours (of_id, {key}, distance) AS ({neighbours})
+SELECT found.*, NULL::uuid FROM found
+UNION ALL
+SELECT {key}, NULL, distance, {blanks}, of_id FROM neighbours"""
 
 
 def _rows_by_id_sql(spec: _Spec, lexemes: list[_Lexeme], entities: Sequence[str]) -> str:
@@ -924,6 +950,8 @@ class _Fetched:
     lexemes: tuple[str, ...]
     threshold: float
     threshold_source: str
+    # read_neighbours' answer for `cands`, when the hybrid statement brought it.
+    context: tuple[dict, dict] | None = None
 
 
 def _fetch(
@@ -934,7 +962,10 @@ def _fetch(
     entities: Sequence[str],
     k: int,
     model_name: str,
+    context: bool = False,
 ) -> _Fetched:
+    """The candidates of the text, vector and entity lists (with `context`, their
+    session neighbours too), in one transaction that sets the hnsw.* settings."""
     nested = connection.in_atomic_block
     ef_search = max(HNSW_EF_SEARCH, k) if vector is not None else None
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
@@ -959,10 +990,17 @@ def _fetch(
         known_rows = _cached_filtered_count(count_key) if count_key is not None else None
         if lexemes or vector is not None:
             total_rows = _global_frequencies(spec.table)[2]
-            sql = _statement(spec, lexemes, agent_rows, total_rows, vector, entities, k, known_rows)
+            sql = _statement(
+                spec, lexemes, agent_rows, total_rows, vector, entities, k, known_rows, context
+            )
             cursor.execute(sql, spec.params)
             rows = cursor.fetchall()
         n = len(spec.key_columns)
+        neighbour_rows: list[tuple] | None = None
+        if context:
+            # (the candidate it neighbours, its key columns, its distance)
+            neighbour_rows = [(r[-1], *r[:n], r[n + 1]) for r in rows if r[-1] is not None]
+            rows = [r[:-1] for r in rows if r[-1] is None]
         if vector is not None:
             counted = known_rows
             if counted is None:
@@ -981,6 +1019,7 @@ def _fetch(
             if strategy == "hnsw" and found < k:
                 rows = _with_exact_vectors(cursor, spec, rows, lexemes, entities)
                 strategy = "hnsw+exact"
+                neighbour_rows = None  # other candidates now: _with_session_context asks again
             if nested:
                 cursor.execute(
                     "SELECT " + ", ".join(f"set_config('{s}', %s, true)" for s in HNSW_SETTINGS),
@@ -1000,7 +1039,14 @@ def _fetch(
                 embedded=bool(embedded),
             )
         )
-    return _Fetched(cands, strategy, tuple(lx.text for lx in lexemes), threshold, source)
+    return _Fetched(
+        cands,
+        strategy,
+        tuple(lx.text for lx in lexemes),
+        threshold,
+        source,
+        None if neighbour_rows is None else read_neighbours(neighbour_rows, spec.key_columns),
+    )
 
 
 def _with_exact_vectors(
@@ -1037,25 +1083,32 @@ def _with_exact_vectors(
 
 
 def _with_session_context(
-    spec: _Spec, cands: list[_Candidate], vector: Sequence[float] | None
+    spec: _Spec,
+    cands: list[_Candidate],
+    vector: Sequence[float] | None,
+    fetched: tuple[dict, dict] | None = None,
 ) -> list[_Candidate]:
-    """The candidates plus their session neighbours (under the same filters),
-    each with its values spread from its neighbours into `context`."""
+    """The candidates plus their session neighbours (under the same filters:
+    `fetched` when the hybrid statement brought them, else read here), each
+    with its values spread from its neighbours into `context`."""
     from .session_context import session_neighbours, spread, symmetric
 
     if not cands:
         return cands
     by_id = {c.obj.pk: c for c in cands}
-    with connection.cursor() as cursor:
-        neighbours, rows = session_neighbours(
-            table=spec.table,
-            where_sql=spec.where_sql,
-            params=spec.params,
-            ids=list(by_id),
-            vector_literal=spec.params.get("qv") if vector is not None else None,
-            cursor=cursor,
-            columns=spec.key_columns,
-        )
+    if fetched is not None:
+        neighbours, rows = fetched
+    else:
+        with connection.cursor() as cursor:
+            neighbours, rows = session_neighbours(
+                table=spec.table,
+                where_sql=spec.where_sql,
+                params=spec.params,
+                ids=list(by_id),
+                vector_literal=spec.params.get("qv") if vector is not None else None,
+                cursor=cursor,
+                columns=spec.key_columns,
+            )
     for pk, (row, distance) in rows.items():
         if pk in by_id:
             continue
@@ -1132,10 +1185,11 @@ def _search(
     _check_embedding(query_embedding, embedder.dimension)
     vector = query_embedding if query_embedding is not None else embedder.embed_one(query)
     k = min(max(limit * CANDIDATES_PER_HIT, MIN_CANDIDATES), MAX_CANDIDATES)
-    fetched = _fetch(spec, agent, query, vector, entities, k, embedder.name)
+    context = spec.kind == "episode" and any(CONTEXT_WEIGHTS.values())
+    fetched = _fetch(spec, agent, query, vector, entities, k, embedder.name, context)
     cands = fetched.cands
-    if spec.kind == "episode" and any(CONTEXT_WEIGHTS.values()):
-        cands = _with_session_context(spec, cands, vector)
+    if context:
+        cands = _with_session_context(spec, cands, vector, fetched.context)
 
     lists = {}
     for name, signal in signals.items():

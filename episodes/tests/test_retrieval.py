@@ -443,9 +443,10 @@ def test_two_statements_and_the_hnsw_settings_put_back(agent_a, incidents):
             cursor.execute("SELECT set_config('hnsw.ef_search', '77', true)")
         with CaptureQueriesContext(connection) as queries:
             search(agent_a, "batch", vector=topic(1))
-        # prepare (lexemes, threshold, settings), the search, the settings put back,
-        # the candidates' session neighbours (episodes.session_context), the hits' rows
-        assert len(queries) == 5
+        # prepare (lexemes, threshold, settings), the search with the candidates'
+        # session neighbours (episodes.session_context), the settings put back,
+        # the hits' rows
+        assert len(queries) == 4
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan'),"
