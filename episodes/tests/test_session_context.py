@@ -9,7 +9,7 @@ from episodes import retrieval
 from episodes.retrieval import SearchFilters, episode_search
 from episodes.session_context import spread, symmetric
 
-from .retrieval_fixtures import T0, record, topic
+from .retrieval_fixtures import T0, record, set_embedding, topic
 
 pytestmark = pytest.mark.django_db
 
@@ -103,6 +103,33 @@ def test_neighbours_obey_the_filters(agent_a):
     # dev's answer is not an ops episode: the question's neighbour under the filter is the thanks
     assert answer.pk not in ids
     assert ids == [question.pk, thanks.pk]
+
+
+def test_neighbours_are_read_again_when_the_exact_scan_replaces_the_candidates(
+    agent_a, monkeypatch
+):
+    """The hybrid statement brings the neighbours of its candidates; when the graph
+    walk finds too few and the exact scan changes the candidates, they are read
+    again on their own, and the answer is the exact plan's."""
+    turns = _conversation(agent_a)
+    for i, turn in enumerate(turns):
+        set_embedding(turn, topic(i))
+    question, answer = turns[0], turns[1]
+    expected = _search(agent_a, "flaky deploy")
+    assert expected.vector_strategy == "exact"
+    assert answer.pk in [h.obj.pk for h in expected.hits]
+    # As if the agent's rows had been counted far above the exact-scan limit.
+    monkeypatch.setattr(retrieval, "_cached_filtered_count", lambda key: 10**6)
+
+    result = _search(agent_a, "flaky deploy")
+
+    assert result.vector_strategy == "hnsw+exact"
+    assert [(h.obj.pk, h.signals) for h in result.hits] == [
+        (h.obj.pk, h.signals) for h in expected.hits
+    ]
+    lent = next(h.signals for h in result.hits if h.obj.pk == answer.pk)
+    assert lent["context_text_rank"] > 0  # lent by the question, its neighbour
+    assert question.pk in [h.obj.pk for h in result.hits]
 
 
 def test_episodes_without_a_session_have_no_neighbours(agent_a):
