@@ -189,7 +189,10 @@ def test_one_build_at_a_time(agents):
         assert build_agent_graphs.apply().get() == []
         assert index_definition(graph_name(big.pk)) is None
     finally:
-        other.close()  # the lock goes with the session
+        # Unlocked before closing: a closed session's backend lets go of its
+        # locks only as it exits, which can come after the next line runs.
+        other.execute("SELECT pg_advisory_unlock(hashtext(%s))", [BUILD_LOCK])
+        other.close()
 
     assert build_agent_graphs.apply().get() == []  # 12 rows: below the default size
     runs = agent_graphs_build_missing(min_rows=10)
