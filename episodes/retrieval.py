@@ -67,6 +67,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from piper.db import server_bound_cursor
 from piper.errors import InvalidInput
 from piper.tenancy.models import Agent
 
@@ -968,7 +969,8 @@ def _fetch(
     session neighbours too), in one transaction that sets the hnsw.* settings."""
     nested = connection.in_atomic_block
     ef_search = max(HNSW_EF_SEARCH, k) if vector is not None else None
-    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+    # Server-side binding: the query vector is named five times in the statement.
+    with transaction.atomic(savepoint=False), server_bound_cursor() as cursor:
         own_graph = graph_name(agent.pk) if spec.kind == "episode" and vector is not None else None
         texts, calibration, previous, has_graph = _prepare(
             cursor, query, model_name, ef_search, own_graph
