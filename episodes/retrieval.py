@@ -969,8 +969,9 @@ def _fetch(
     session neighbours too), in one transaction that sets the hnsw.* settings."""
     nested = connection.in_atomic_block
     ef_search = max(HNSW_EF_SEARCH, k) if vector is not None else None
-    # Server-side binding: the query vector is named five times in the statement.
-    with transaction.atomic(savepoint=False), server_bound_cursor() as cursor:
+    # Server-side binding: the query vector is named five times in the statement;
+    # binary results: ~100 rows of UUIDs and timestamps load faster than from text.
+    with transaction.atomic(savepoint=False), server_bound_cursor(binary=True) as cursor:
         own_graph = graph_name(agent.pk) if spec.kind == "episode" and vector is not None else None
         texts, calibration, previous, has_graph = _prepare(
             cursor, query, model_name, ef_search, own_graph
