@@ -71,7 +71,7 @@ def server_bound_cursor(*, binary: bool = False):
     """A Django cursor that sends its parameters apart from the statement
     (server-side binding, not prepared). A statement naming a large value
     several times — an episode search names its 4.6 kB query vector five
-    times — is then parsed with it once: 0.15-0.4 ms of a ~9 ms search
+    times — is then parsed with it once: 0.13-0.37 ms of a ~9 ms search
     (docs/benchmarks.md). Unnamed statements, so poolers are not a concern.
     `binary`: results come in PostgreSQL's binary format, which psycopg loads
     faster (UUIDs, timestamps); for types it has binary loaders for."""
