@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/episodes_bench.py [--agents 10] [--per-agent 100000]
         [--distinct 30000] [--queries 300] [--reload]
-        [--only world,graphs,ingest,embed,search,recall_at_10,http,explain]
+        [--only world,graphs,ingest,embed,search,recall_at_10,http,explain,ab] [--ab NAME=VALUE]
 
 Runs in a database of its own on the embedded server (PIPER_DB_NAME, default
 piper_bench_episodes), so it never disturbs tests or the other benchmarks.
@@ -47,6 +47,12 @@ http    GET /api/v1/episodes/search and POST /api/v1/recall through a real
         query embedding: p50/p95 over a bounded number of requests.
 explain EXPLAIN (ANALYZE, BUFFERS) of the vector and text statements for one
         query, printed.
+ab      With --ab NAME=VALUE: `search`'s queries and filter sets, each query run
+        as is and with NAME set to VALUE (a constant of episodes.retrieval, or a
+        Django setting), in alternating order, so that both variants meet the
+        same machine state; p50/p95 of each and the median paired difference.
+        Run-to-run drift on a shared host is often larger than what a change
+        saves, and separate runs cannot tell them apart.
 """
 
 from __future__ import annotations
@@ -517,6 +523,64 @@ def measure_recall_at_10(agent, qs, vectors) -> dict:
     return out
 
 
+def _variant(assignment: str):
+    """A context manager that sets NAME to VALUE: a constant of
+    episodes.retrieval if it has one by that name, else a Django setting."""
+    from contextlib import contextmanager
+
+    from django.test.utils import override_settings
+
+    from episodes import retrieval
+
+    name, _, raw = assignment.partition("=")
+    if not name or not raw:
+        raise SystemExit(f"--ab takes NAME=VALUE, not {assignment!r}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+
+    @contextmanager
+    def applied():
+        if hasattr(retrieval, name):
+            before = getattr(retrieval, name)
+            setattr(retrieval, name, value)
+            try:
+                yield
+            finally:
+                setattr(retrieval, name, before)
+        else:
+            with override_settings(**{name: value}):
+                yield
+
+    return applied
+
+
+def measure_ab(agent, qs, texts, vectors, assignment: str) -> dict:
+    from contextlib import nullcontext
+
+    from episodes.retrieval import episode_search
+
+    variants = {"as is": nullcontext, assignment: _variant(assignment)}
+    result = {}
+    for name, filters in filter_sets(qs).items():
+        samples = {v: [] for v in variants}
+        for i, (text, vector, f) in enumerate(zip(texts, vectors, filters, strict=True)):
+            order = list(variants) if i % 2 else list(variants)[::-1]
+            for v in order:
+                with variants[v]():
+                    t = time.perf_counter()
+                    episode_search(agent=agent, query=text, query_embedding=vector, filters=f)
+                    samples[v].append(time.perf_counter() - t)
+        a, b = (samples[v][5:] for v in variants)
+        result[name] = {
+            **{v: summary_ms_p95(samples[v][5:]) for v in variants},
+            "median_difference_ms": round(float(np.median(np.subtract(b, a))) * 1000, 3),
+            "load": load_average(),
+        }
+    return result
+
+
 def explain(agent, text, vector, filters=None) -> None:
     """Replay the statements one episode_search runs, each SELECT under EXPLAIN ANALYZE."""
     from django.db import connection, transaction
@@ -607,6 +671,7 @@ def main() -> int:
     parser.add_argument("--ingest", type=int, default=20_000)
     parser.add_argument("--http-requests", type=int, default=200)
     parser.add_argument("--reload", action="store_true")
+    parser.add_argument("--ab", help="NAME=VALUE: the `ab` comparison (see above)")
     parser.add_argument(
         "--only",
         default="world,graphs,ingest,embed,search,recall_at_10,http",
@@ -624,7 +689,7 @@ def main() -> int:
     results: dict = {}
     agents = (
         build_world(args)
-        if only & {"world", "graphs", "search", "recall_at_10", "http", "explain"}
+        if only & {"world", "graphs", "search", "recall_at_10", "http", "explain", "ab"}
         else []
     )
     if agents and "graphs" in only:
@@ -638,12 +703,17 @@ def main() -> int:
         if "embed" in only:
             results["embed"] = measure_embed(ingest_agent)
             log(f"embed: {results['embed']}")
-    if agents and only & {"search", "recall_at_10", "http", "explain"}:
+    if agents and only & {"search", "recall_at_10", "http", "explain", "ab"}:
         target = agents[len(agents) // 2]
         qs, texts, vectors = queries(args.queries)
         if "search" in only:
             results["search"] = measure_search(target, qs, texts, vectors)
             log(f"search: {json.dumps(results['search'])}")
+        if "ab" in only:
+            if not args.ab:
+                raise SystemExit("--only ab needs --ab NAME=VALUE")
+            results["ab"] = measure_ab(target, qs, texts, vectors, args.ab)
+            log(f"ab: {json.dumps(results['ab'])}")
         if "recall_at_10" in only:
             results["recall_at_10"] = measure_recall_at_10(target, qs[:200], vectors[:200])
             log(f"recall@10: {json.dumps(results['recall_at_10'])}")
