@@ -73,7 +73,13 @@ from piper.tenancy.models import Agent
 
 from .agent_graphs import graph_name
 from .models import TEXT_SEARCH_CONFIG, AbstentionCalibration, Episode, Outcome, SourceChunk
-from .session_context import neighbours_sql, read_neighbours
+from .session_context import (
+    neighbours_sql,
+    read_neighbours,
+    session_neighbours,
+    spread,
+    symmetric,
+)
 
 # ---------------------------------------------------------------- constants
 
@@ -1094,8 +1100,6 @@ def _with_session_context(
     """The candidates plus their session neighbours (under the same filters:
     `fetched` when the hybrid statement brought them, else read here), each
     with its values spread from its neighbours into `context`."""
-    from .session_context import session_neighbours, spread, symmetric
-
     if not cands:
         return cands
     by_id = {c.obj.pk: c for c in cands}
