@@ -85,7 +85,8 @@ def hnsw_built_after():
 
 def clustered_vectors(agents, *, clusters: int = 50, noise: float = 0.5, seed: float = 0.42):
     """Give every episode of `agents` a unit vector near one of `clusters` random
-    centres (picked by a hash of its id), some rows nearer their centre than
+    centres (picked by a hash of its time and summary, not of its random id, so
+    that every run builds the same rows), some rows nearer their centre than
     others, in one UPDATE. Returns the centres."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT setseed(%s)", [seed])
@@ -114,12 +115,12 @@ def clustered_vectors(agents, *, clusters: int = 50, noise: float = 0.5, seed: f
                               )::vector)
                          FROM generate_series(1, %(dim)s) d,
                               -- How typical of its cluster a row is: 0.3-1.3 x the noise.
-                              LATERAL (SELECT 0.3 + (abs(hashtext(e.id::text)) %% 997) / 997.0
-                                      AS spread) s),
+                              LATERAL (SELECT 0.3 + (abs(hashtext(e.summary || e.occurred_at::text))
+                                                     %% 997) / 997.0 AS spread) s),
                    embedding_model = %(model)s, embedded_at = now()
               FROM retrieval_centres ce
              WHERE e.agent_id = ANY(%(agents)s::uuid[])
-               AND ce.c = abs(hashtext(e.id::text)) %% %(clusters)s
+               AND ce.c = abs(hashtext(e.occurred_at::text || e.summary)) %% %(clusters)s
             """,
             {
                 "noise": noise,

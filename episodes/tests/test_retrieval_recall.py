@@ -2,7 +2,7 @@
 holds a tenth of the rows, against an exact scan of its rows (the HNSW index on).
 
 10 agents × 3,000 episodes with unit vectors near 50 random centres, set in bulk SQL
-(no model). A plain filtered HNSW scan sees only ef_search neighbours of every agent
+(no model, the same rows every run; only the HNSW graph's random levels differ). A plain filtered HNSW scan sees only ef_search neighbours of every agent
 and keeps this agent's few of them; the iterative scan keeps walking the graph.
 """
 
@@ -46,7 +46,11 @@ def world(django_db_setup, django_db_blocker):
             for i, agent in enumerate(agents):
                 bulk_episodes(agent, PER_AGENT, start=T0 + timedelta(days=i))
             with hnsw_built_after(), transaction.atomic():
-                centres = clustered_vectors(agents, noise=0.3)
+                # Not tighter clusters (noise 0.3): in about one graph build of
+                # four the unfiltered HNSW search itself (ef_search 200, no
+                # agent condition) missed whole clusters, and the test measured
+                # the build's luck rather than the cost of the agent filter.
+                centres = clustered_vectors(agents)
             with connection.cursor() as cursor:
                 cursor.execute("ANALYZE episodes_episode")
             retrieval.forget_statistics()
