@@ -52,7 +52,8 @@ ab      With --ab NAME=VALUE: `search`'s queries and filter sets, each query run
         Django setting), in alternating order, so that both variants meet the
         same machine state; p50/p95 of each and the median paired difference.
         Run-to-run drift on a shared host is often larger than what a change
-        saves, and separate runs cannot tell them apart.
+        saves, and separate runs cannot tell them apart. Also counts the queries
+        whose hits differ between the two.
 """
 
 from __future__ import annotations
@@ -565,17 +566,22 @@ def measure_ab(agent, qs, texts, vectors, assignment: str) -> dict:
     result = {}
     for name, filters in filter_sets(qs).items():
         samples = {v: [] for v in variants}
+        different = 0  # queries whose hits (ids, in order) differ between the variants
         for i, (text, vector, f) in enumerate(zip(texts, vectors, filters, strict=True)):
             order = list(variants) if i % 2 else list(variants)[::-1]
+            answers = set()
             for v in order:
                 with variants[v]():
                     t = time.perf_counter()
-                    episode_search(agent=agent, query=text, query_embedding=vector, filters=f)
+                    r = episode_search(agent=agent, query=text, query_embedding=vector, filters=f)
                     samples[v].append(time.perf_counter() - t)
+                answers.add(tuple(h.obj.pk for h in r.hits))
+            different += len(answers) > 1
         a, b = (samples[v][5:] for v in variants)
         result[name] = {
             **{v: summary_ms_p95(samples[v][5:]) for v in variants},
             "median_difference_ms": round(float(np.median(np.subtract(b, a))) * 1000, 3),
+            "different_hits": different,
             "load": load_average(),
         }
     return result
