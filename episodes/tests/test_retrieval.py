@@ -507,6 +507,38 @@ def test_a_stale_count_picks_a_slower_plan_never_a_wrong_answer(agent_a, monkeyp
     ]
 
 
+def test_a_hit_carries_every_column_as_the_orm_loads_it(agent_a):
+    # The hits are loaded from binary results (psycopg's loaders, not Django's
+    # text ones): every field must come back with the value and type the ORM gives.
+    earlier = record(agent_a, summary="the backup job started")
+    log = SourceFactory(agent=agent_a, title="Job log", content="OOM at 03:12")
+    record(
+        agent_a,
+        summary="the backup job ran out of memory",
+        related_ids=[earlier.pk],
+        source_id=log.pk,
+        actor="ops-bot",
+        environment="prod",
+        session_id="s-1",
+        outcome="failure",
+        score=0.25,
+        entities=["Backup Job", "oom"],
+        embedding=topic(3),
+    )
+    hit = search(agent_a, "backup memory", vector=topic(3)).hits[0]
+    assert hit.obj.summary == "the backup job ran out of memory"
+    chunk = chunk_search(agent=agent_a, query="OOM", query_embedding=topic(3), abstain=False)
+    assert chunk.hits[0].obj.source_id == log.pk
+    for found in (hit.obj, chunk.hits[0].obj):
+        model = type(found)
+        expected = model.objects.get(pk=found.pk)
+        for f in model._meta.concrete_fields:
+            if f.column in retrieval.SEARCH_COLUMNS:
+                continue
+            got, want = getattr(found, f.attname), getattr(expected, f.attname)
+            assert (got, type(got)) == (want, type(want)), f"{model.__name__}.{f.name}"
+
+
 # ------------------------------------------------------------------- chunks
 
 
