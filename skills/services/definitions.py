@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 
 from ledger.models import Event
 from ledger.services import event_append, json_storage_error
-from piper.embeddings import get_embedder
+from piper import embeddings
 from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
 from piper.provenance import SourceType
 from piper.tenancy.models import Agent, Scope
@@ -334,7 +334,7 @@ def skill_create(
             code="skill_exists",
             details={"name": [name]},
         )
-    embedding = get_embedder().embed_one(intent_text(data))
+    embedding = embeddings.get_embedder().embed_one(intent_text(data))
     try:
         with transaction.atomic():
             event_ids = _provenance_events(agent, data.provenance_events)
@@ -387,7 +387,7 @@ def version_create(
     if skill.agent_id != agent.pk:
         raise NotFound(f"skill {skill.pk} not found")
     _check(data)
-    embedding = get_embedder().embed_one(intent_text(data))
+    embedding = embeddings.get_embedder().embed_one(intent_text(data))
     with transaction.atomic():
         skill = Skill.objects.select_for_update().get(pk=skill.pk)
         event_ids = _provenance_events(agent, data.provenance_events)
