@@ -428,7 +428,7 @@ def patch_variants(variant: str) -> None:
                         where_sql=spec.where_sql,
                         params=spec.params,
                         ids=list(known),
-                        vector_literal=spec.params.get("qv"),
+                        query_vector=spec.params.get("qv"),
                         cursor=cursor,
                     )
                 new = [i for i in dists if i not in known]

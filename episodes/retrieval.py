@@ -67,7 +67,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from piper.db import server_bound_cursor
+from piper.db import server_bound_cursor, vector_param
 from piper.errors import InvalidInput
 from piper.tenancy.models import Agent
 
@@ -451,10 +451,6 @@ def _tsquery_literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def _vector_literal(vector: Sequence[float]) -> str:
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
-
-
 # --------------------------------------------------------- the SQL pieces
 
 
@@ -731,7 +727,7 @@ def _statement(
             sources.append("SELECT id FROM text_hits")
         joins.append("CROSS JOIN weights w")
     if vector is not None:
-        spec.params["qv"] = _vector_literal(vector)
+        spec.params["qv"] = vector_param(vector)
         ctes.append(_vector_ctes(spec, k, agent_rows, known_rows))
         sources.append("SELECT id FROM vec_hits")
         joins.append("LEFT JOIN vec_hits v ON v.id = e.id")
@@ -1112,7 +1108,7 @@ def _with_session_context(
                 where_sql=spec.where_sql,
                 params=spec.params,
                 ids=list(by_id),
-                vector_literal=spec.params.get("qv") if vector is not None else None,
+                query_vector=spec.params.get("qv") if vector is not None else None,
                 cursor=cursor,
                 columns=spec.key_columns,
             )

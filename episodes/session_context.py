@@ -70,7 +70,7 @@ def session_neighbours(
     where_sql: str,
     params: Mapping[str, Any],
     ids: Sequence[uuid.UUID],
-    vector_literal: str | None,
+    query_vector: Any | None,
     cursor,
     columns: Sequence[str] = ("id",),
 ) -> tuple[dict[uuid.UUID, list[uuid.UUID]], dict[uuid.UUID, tuple[tuple, float | None]]]:
@@ -79,18 +79,20 @@ def session_neighbours(
 
     `where_sql` (on alias e) and `params` are the search's conditions — the
     agent and every filter — so a neighbour is always a row the search could
-    return. Candidates without a session_id have no neighbours.
+    return. Candidates without a session_id have no neighbours. `query_vector`:
+    the search's query vector parameter (piper.db.vector_param), for each
+    neighbour's distance; None, no distances.
     """
     if not ids:
         return {}, {}
-    distance = "e.embedding <=> %(ctx_qv)s::vector" if vector_literal else "NULL::float8"
+    distance = "e.embedding <=> %(ctx_qv)s::vector" if query_vector is not None else "NULL::float8"
     sql = f"""
 WITH c AS (
     SELECT e.id, e.session_id, e.occurred_at FROM {table} e
      WHERE e.id = ANY(%(ctx_ids)s::uuid[]) AND e.session_id <> ''
 )
 {neighbours_sql(table=table, where_sql=where_sql, candidates="c", distance_sql=distance, columns=columns)}"""
-    cursor.execute(sql, {**params, "ctx_ids": list(ids), "ctx_qv": vector_literal})
+    cursor.execute(sql, {**params, "ctx_ids": list(ids), "ctx_qv": query_vector})
     return read_neighbours(cursor.fetchall(), columns)
 
 

@@ -22,6 +22,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.db.backends.postgresql.base import ServerBindingCursor
+from pgvector import Vector
+from pgvector.psycopg.vector import VectorBinaryDumper, VectorDumper
 from psycopg import ClientCursor, pq
 
 # psycopg prepares a statement on request only when a threshold is set; one no
@@ -98,3 +100,22 @@ def fetchall_prepared(sql: str, params: Mapping[str, Any] | Sequence[Any]) -> li
     with cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+def vector_param(values: Sequence[float]) -> Vector:
+    """`values` as a pgvector parameter, for a statement that casts it
+    (`%(v)s::vector`): a server-bound cursor sends it in binary, 4 bytes a
+    number, the others (and the query log) as a '[…]' literal. Formatting the
+    384 numbers of a query vector as text took ~0.3 ms of an episode search,
+    and PostgreSQL parsed them again."""
+    return Vector(values)
+
+
+def register_vector_dumpers(sender=None, connection=None, **kwargs) -> None:
+    """connection_created: every connection can send vector_param's values.
+    Registered on the connection, not per cursor (a cursor copies the
+    connection's adapters when it is made), without the type's oid: the value
+    goes as unknown and the statement's cast decides, so no look-up is needed."""
+    adapters = connection.connection.adapters
+    adapters.register_dumper(Vector, VectorDumper)
+    adapters.register_dumper(Vector, VectorBinaryDumper)

@@ -5,3 +5,11 @@ class TenancyConfig(AppConfig):
     name = "piper.tenancy"
     label = "tenancy"
     verbose_name = "Agents and API keys"
+
+    def ready(self):
+        from django.db.backends.signals import connection_created
+
+        from piper.db import register_vector_dumpers
+
+        # The core app, loaded first: every later connection can send vectors.
+        connection_created.connect(register_vector_dumpers, dispatch_uid="piper-vector-dumpers")

@@ -1,4 +1,5 @@
-"""piper.db.fetchall_prepared: prepared once per connection, the same rows as unprepared."""
+"""piper.db: fetchall_prepared prepared once per connection, the same rows as
+unprepared; vector_param the same value in binary as in text."""
 
 import uuid
 
@@ -6,7 +7,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from piper.db import fetchall_prepared
+from piper.db import fetchall_prepared, server_bound_cursor, vector_param
 
 pytestmark = pytest.mark.django_db
 
@@ -54,3 +55,29 @@ def test_works_again_after_a_rollback_forgets_the_statement():
     assert fetchall_prepared(SQL, {"n": 2, "name": "b", "id": uuid.UUID(int=2)}) == [
         (3, "b", uuid.UUID(int=2))
     ]
+
+
+VECTOR_SQL = "SELECT (%(v)s::vector)::text, %(v)s::vector <=> %(w)s::vector"
+
+
+def test_a_vector_parameter_is_the_same_value_in_binary_and_in_text():
+    values = [0.1, -2.5, 3.0e-8, 1 / 3]
+    other = [1.0, 0.0, 0.0, 0.0]
+    with server_bound_cursor(binary=True) as cursor:  # sent in binary
+        cursor.execute(VECTOR_SQL, {"v": vector_param(values), "w": vector_param(other)})
+        binary = cursor.fetchone()
+    with connection.cursor() as cursor:  # a client-side literal
+        cursor.execute(VECTOR_SQL, {"v": vector_param(values), "w": vector_param(other)})
+        text = cursor.fetchone()
+    with connection.cursor() as cursor:  # what the retrieval sent before: repr of each number
+        literal = "[" + ",".join(repr(x) for x in values) + "]"
+        cursor.execute(VECTOR_SQL, {"v": literal, "w": "[1,0,0,0]"})
+        before = cursor.fetchone()
+    assert binary == text == before
+    assert binary[0] == "[0.1,-2.5,3e-08,0.33333334]"
+
+
+def test_the_query_log_shows_a_vector_parameter_as_its_literal():
+    with CaptureQueriesContext(connection) as queries, server_bound_cursor() as cursor:
+        cursor.execute("SELECT %(v)s::vector", {"v": vector_param([0.5, 2.0])})
+    assert queries.captured_queries[-1]["sql"] == "SELECT '[0.5,2.0]'::vector"
