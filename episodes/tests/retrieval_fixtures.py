@@ -114,7 +114,9 @@ def clustered_vectors(agents, *, clusters: int = 50, noise: float = 0.5, seed: f
                                   ce.v[d] + %(noise)s * spread * random_normal() ORDER BY d
                               )::vector)
                          FROM generate_series(1, %(dim)s) d,
-                              -- How typical of its cluster a row is: 0.3-1.3 x the noise.
+                              -- How typical of its cluster a row is: 0.3-1.3 x the noise
+                              -- (time and summary hashed in the other order than for
+                              -- the cluster, so that the two do not go together).
                               LATERAL (SELECT 0.3 + (abs(hashtext(e.summary || e.occurred_at::text))
                                                      %% 997) / 997.0 AS spread) s),
                    embedding_model = %(model)s, embedded_at = now()

@@ -2,8 +2,9 @@
 holds a tenth of the rows, against an exact scan of its rows (the HNSW index on).
 
 10 agents × 3,000 episodes with unit vectors near 50 random centres, set in bulk SQL
-(no model, the same rows every run; only the HNSW graph's random levels differ). A plain filtered HNSW scan sees only ef_search neighbours of every agent
-and keeps this agent's few of them; the iterative scan keeps walking the graph.
+(no model; the same rows every run, only the HNSW graph's random levels differ).
+A plain filtered HNSW scan sees only ef_search neighbours of every agent and
+keeps this agent's few of them; the iterative scan keeps walking the graph.
 """
 
 from __future__ import annotations
