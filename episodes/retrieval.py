@@ -155,8 +155,8 @@ COVERAGE_WEIGHT = 0.0
 UNEMBEDDED_COVERAGE_EVIDENCE = 0.8
 # Used until `calibrate_abstention` has recorded a threshold for the embedder in
 # use: what it chooses on episodes/calibration_set.json for the default
-# embedder (0.4434 with all-MiniLM-L6-v2 int8 ONNX: 29% of the deliberately hard
-# paraphrases kept, 85% of the never-happened questions refused).
+# embedder (0.4434 with all-MiniLM-L6-v2 int8 ONNX v1, 0.4429 with v2: 29% of the
+# deliberately hard paraphrases kept, 85% of the never-happened questions refused).
 DEFAULT_ABSTENTION_THRESHOLD = 0.44
 NEAR_MISSES = 5
 

@@ -265,10 +265,14 @@ class MiniLMOnnxEmbedder:
     text's vector does not depend on what it is batched with); a batch is
     spread over ``threads`` threads (default: the CPUs this process may use),
     each running one-threaded ONNX Runtime calls. Vectors agree with the torch
-    model's to cosine ~0.995 (docs/embeddings.md), so the name differs.
+    model's to cosine ~0.995 (docs/embeddings.md), so the name differs; it
+    also changes with any recipe whose vectors differ from the last one's (v2:
+    the layer norms unfused, cosine ~0.9995 to v1's), so that rows embedded by
+    an earlier recipe are found as stale and the abstention threshold is
+    calibrated again.
     """
 
-    name = "sentence-transformers/all-MiniLM-L6-v2+onnx-int8"
+    name = "sentence-transformers/all-MiniLM-L6-v2+onnx-int8-v2"
 
     def __init__(
         self,
@@ -351,6 +355,8 @@ class MiniLMOnnxEmbedder:
         try:
             import onnxruntime
             from tokenizers import Tokenizer
+
+            from piper.onnx_export import inference_session
         except ImportError as exc:  # pragma: no cover - both are dependencies
             raise EmbedderError(f"{self.name} needs onnxruntime and tokenizers: {exc}") from exc
 
@@ -359,9 +365,7 @@ class MiniLMOnnxEmbedder:
         options.inter_op_num_threads = 1
         options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         options.log_severity_level = 3
-        session = onnxruntime.InferenceSession(
-            str(path), options, providers=["CPUExecutionProvider"]
-        )
+        session = inference_session(path, options)
         tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         tokenizer.no_padding()
         tokenizer.enable_truncation(_max_seq_length(model_dir))

@@ -53,7 +53,7 @@ def test_get_embedder_returns_one_instance_per_process():
     assert get_embedder() is first
     assert isinstance(first, MiniLMOnnxEmbedder)
     assert isinstance(first, Embedder)
-    assert first.name == "sentence-transformers/all-MiniLM-L6-v2+onnx-int8"
+    assert first.name == "sentence-transformers/all-MiniLM-L6-v2+onnx-int8-v2"
     assert first.dimension == 384
     assert MiniLMEmbedder.name == "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -311,6 +311,36 @@ def test_onnx_model_is_cached_by_weights_checksum_and_recipe():
     assert recorded["recipe"] == RECIPE
     assert recorded["onnx_sha256"] == sha256_file(path)
     assert recorded["probe_min_cosine"] >= 0.98
+
+
+def test_onnx_session_keeps_the_layer_norms_unfused(tmp_path):
+    """The v2 recipe's speed: ONNX Runtime's SkipLayerNormalization CPU kernel is
+    ~4x slower than Add + Add + LayerNormalization (docs/embeddings.md), so neither
+    the exported file nor a session opened as the embedder opens it may hold one."""
+    import onnx
+    import onnxruntime
+
+    from piper.onnx_export import inference_session
+
+    path = get_embedder().onnx_path()
+    get_embedder().embed_one("load it")
+    exported = {node.op_type for node in onnx.load(str(path)).graph.node}
+    assert "SkipLayerNormalization" not in exported
+    assert "LayerNormalization" in exported
+
+    def session_ops(open_session) -> set[str]:
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
+        open_session(options)
+        return {node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node}
+
+    assert "SkipLayerNormalization" not in session_ops(lambda o: inference_session(path, o))
+    # Not vacuous: a session opened without the disabled fusion fuses them back.
+    plain = session_ops(
+        lambda o: onnxruntime.InferenceSession(str(path), o, providers=["CPUExecutionProvider"])
+    )
+    assert "SkipLayerNormalization" in plain
 
 
 def test_onnx_corrupt_cache_is_rebuilt(tmp_path):
