@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from piper.api.serializers import CommaListField, QueryDateTimeField, StrictSerializer
+from piper.api.serializers import (
+    CommaListField,
+    QueryDateTimeField,
+    StrictSerializer,
+    api_datetime,
+)
 
 from .models import Outcome
 from .retrieval import MAX_LIMIT, MAX_QUERY_CHARS, SearchResult
@@ -132,10 +137,6 @@ class ChunkSearchOutputSerializer(_ResultFields):
     groups = SourceGroupSerializer(many=True, help_text="The hits by source.")
 
 
-def _when(moment) -> str | None:
-    return None if moment is None else serializers.DateTimeField().to_representation(moment)
-
-
 def result_data(result: SearchResult, *, kind: str) -> dict:
     """The JSON of a SearchResult (episodes or chunks)."""
     row_name = "episode" if kind == "episode" else "chunk"
@@ -156,8 +157,8 @@ def result_data(result: SearchResult, *, kind: str) -> dict:
             groups.append(
                 {
                     "session_id": group["session_id"],
-                    "first_occurred_at": _when(group["first_at"]),
-                    "last_occurred_at": _when(group["last_at"]),
+                    "first_occurred_at": api_datetime(group["first_at"]),
+                    "last_occurred_at": api_datetime(group["last_at"]),
                     "best_score": group["best_score"],
                     "episode_ids": ids,
                 }

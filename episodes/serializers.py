@@ -9,8 +9,6 @@ episodes through nested field serializers is most of a request.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from rest_framework import serializers
 
 from piper.api.serializers import (
@@ -19,6 +17,7 @@ from piper.api.serializers import (
     StrictCharField,
     StrictFloatField,
     StrictSerializer,
+    api_datetime,
 )
 from piper.provenance import Authority, SourceType
 
@@ -37,7 +36,6 @@ from .services import (
     EpisodeDraft,
 )
 
-_datetime = serializers.DateTimeField().to_representation
 UNIT_INTERVAL = {"min_value": "must be between 0 and 1", "max_value": "must be between 0 and 1"}
 
 
@@ -52,10 +50,6 @@ def _text(limit: int, **kwargs) -> StrictCharField:
         error_messages={"max_length": f"at most {limit:,} characters"},
         **kwargs,
     )
-
-
-def _when(value: datetime | None) -> str | None:
-    return None if value is None else _datetime(value)
 
 
 def _vector(value) -> list[float] | None:
@@ -188,7 +182,7 @@ class EpisodeOutputSerializer(serializers.Serializer):
     def to_representation(self, episode: Episode) -> dict:
         data = {
             "id": str(episode.pk),
-            "occurred_at": _datetime(episode.occurred_at),
+            "occurred_at": api_datetime(episode.occurred_at),
             "session_id": episode.session_id,
             "actor": episode.actor,
             "environment": episode.environment,
@@ -207,10 +201,10 @@ class EpisodeOutputSerializer(serializers.Serializer):
             "source_type": episode.source_type,
             "authority": episode.authority,
             "raw_event_id": str(episode.raw_event_id),
-            "created_at": _when(episode.created_at),
+            "created_at": api_datetime(episode.created_at),
             "embedded": _embedded(episode),
             "embedding_model": episode.embedding_model,
-            "embedded_at": _when(episode.embedded_at),
+            "embedded_at": api_datetime(episode.embedded_at),
         }
         if self.context.get("include_embedding"):
             data["embedding"] = _vector(episode.embedding)
@@ -324,10 +318,10 @@ class ChunkOutputSerializer(serializers.Serializer):
             "text": chunk.text,
             "char_start": chunk.char_start,
             "char_end": chunk.char_end,
-            "created_at": _when(chunk.created_at),
+            "created_at": api_datetime(chunk.created_at),
             "embedded": _embedded(chunk),
             "embedding_model": chunk.embedding_model,
-            "embedded_at": _when(chunk.embedded_at),
+            "embedded_at": api_datetime(chunk.embedded_at),
         }
         if self.context.get("include_embedding"):
             data["embedding"] = _vector(chunk.embedding)

@@ -22,6 +22,7 @@ from piper.api.serializers import (
     StrictFloatField,
     StrictIntegerField,
     StrictSerializer,
+    api_datetime,
 )
 from piper.provenance import Authority, SourceType
 
@@ -323,13 +324,6 @@ class MemoryStatusSerializer(serializers.Serializer):
         return [str(c.pk) for c in fact.open_contests]
 
 
-_datetime = serializers.DateTimeField().to_representation
-
-
-def _when(value: datetime | None) -> str | None:
-    return None if value is None else _datetime(value)
-
-
 def _uuid(value) -> str | None:
     return None if value is None else str(value)
 
@@ -370,11 +364,11 @@ class FactOutputSerializer(serializers.Serializer):
                 },
                 "authority": fact.authority,
                 "confidence": float(fact.confidence),
-                "valid_from": _when(fact.valid_from),
-                "valid_to": _when(fact.valid_to),
-                "recorded_at": _when(fact.recorded_at),
-                "superseded_at": _when(fact.superseded_at),
-                "last_confirmed_at": _when(fact.last_confirmed_at),
+                "valid_from": api_datetime(fact.valid_from),
+                "valid_to": api_datetime(fact.valid_to),
+                "recorded_at": api_datetime(fact.recorded_at),
+                "superseded_at": api_datetime(fact.superseded_at),
+                "last_confirmed_at": api_datetime(fact.last_confirmed_at),
                 "age_seconds": max(0, int(age)),
                 "needs_recheck": volatility is not None and age > volatility,
                 "status": fact.status,

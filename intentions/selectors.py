@@ -191,7 +191,7 @@ RESUME_STATUSES = (
 
 
 def _iso_sql(column: str) -> str:
-    """SQL rendering a timestamptz exactly as serializers._when does (isoformat in UTC,
+    """SQL rendering a timestamptz exactly as piper.api.serializers.api_datetime does (UTC,
     'Z', microseconds only when there are any)."""
     utc = f"({column} AT TIME ZONE 'UTC')"
     return (

@@ -8,8 +8,6 @@ a resume of a thread with a thousand intentions must stay within milliseconds.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django.core.validators import URLValidator
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.plumbing import ResolvedComponent
@@ -22,6 +20,7 @@ from piper.api.serializers import (
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
+    api_datetime,
 )
 
 from .models import (
@@ -43,15 +42,6 @@ MAX_IDS = 1000
 SMALLINT = 32767
 MAX_INT = 2**31 - 1  # PostgreSQL integer (versions)
 MAX_BIGINT = 2**63 - 1  # PostgreSQL bigint (pending item ids)
-
-
-def _when(value: datetime | None) -> str | None:
-    """ISO 8601 in UTC, 'Z' for +00:00: what DRF's DateTimeField gives with TIME_ZONE UTC,
-    without its per-call time-zone lookup (a thousand intentions carry seven times each)."""
-    if value is None:
-        return None
-    text = value.astimezone(UTC).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 def _id(value) -> str | None:
@@ -228,8 +218,8 @@ class ThreadOutputSerializer(serializers.Serializer):
             "status": thread.status,
             "session_id": thread.session_id,
             "current_version": thread.current_version,
-            "created_at": _when(thread.created_at),
-            "updated_at": _when(thread.updated_at),
+            "created_at": api_datetime(thread.created_at),
+            "updated_at": api_datetime(thread.updated_at),
         }
 
 
@@ -252,7 +242,7 @@ class WorkingStateOutputSerializer(serializers.Serializer):
             "size_bytes": state.size_bytes,
             "session_id": state.session_id,
             "source_event_id": _id(state.source_event_id),
-            "created_at": _when(state.created_at),
+            "created_at": api_datetime(state.created_at),
         }
 
 
@@ -282,9 +272,9 @@ class HandoverOutputSerializer(serializers.Serializer):
             "status": handover.status,
             "note": handover.note,
             "succession_event_id": str(handover.succession_event_id),
-            "created_at": _when(handover.created_at),
-            "resumed_at": _when(handover.resumed_at),
-            "acknowledged_at": _when(handover.acknowledged_at),
+            "created_at": api_datetime(handover.created_at),
+            "resumed_at": api_datetime(handover.resumed_at),
+            "acknowledged_at": api_datetime(handover.acknowledged_at),
         }
 
 
@@ -308,7 +298,7 @@ class PendingItemOutputSerializer(serializers.Serializer):
             "priority": intention.priority,
             "status": intention.status,
             "occurrence": item.occurrence,
-            "added_at": _when(item.added_at),
+            "added_at": api_datetime(item.added_at),
         }
 
 
@@ -497,13 +487,13 @@ class IntentionOutputSerializer(serializers.Serializer):
             "trigger_type": intention.trigger_type,
             "trigger_spec": intention.trigger_spec,
             "thread": _id(intention.thread_id),
-            "not_before": _when(intention.not_before),
-            "due_at": _when(intention.due_at),
+            "not_before": api_datetime(intention.not_before),
+            "due_at": api_datetime(intention.due_at),
             "rrule": intention.rrule,
-            "expires_at": _when(intention.expires_at),
+            "expires_at": api_datetime(intention.expires_at),
             "occurrence": intention.occurrence,
-            "last_fired_at": _when(intention.last_fired_at),
-            "last_rehearsed_at": _when(intention.last_rehearsed_at),
+            "last_fired_at": api_datetime(intention.last_fired_at),
+            "last_rehearsed_at": api_datetime(intention.last_rehearsed_at),
             "dependencies": [str(link.depends_on_id) for link in links],
             "required_context": intention.required_context,
             "completion_criteria": intention.completion_criteria,
@@ -513,8 +503,8 @@ class IntentionOutputSerializer(serializers.Serializer):
             "source_session": intention.source_session,
             "inherited_by": intention.inherited_by,
             "source_event_id": str(intention.source_event_id),
-            "created_at": _when(intention.created_at),
-            "updated_at": _when(intention.updated_at),
+            "created_at": api_datetime(intention.created_at),
+            "updated_at": api_datetime(intention.updated_at),
         }
 
 
@@ -537,7 +527,7 @@ class TransitionOutputSerializer(serializers.Serializer):
         return {
             "from": transition.from_status or None,
             "to": transition.to_status,
-            "at": _when(transition.at),
+            "at": api_datetime(transition.at),
             "reason": transition.reason,
             "occurrence": transition.occurrence,
             "event_id": _id(transition.event_id),
@@ -558,7 +548,7 @@ class FiringOutputSerializer(serializers.Serializer):
         return {
             "id": str(firing.pk),
             "occurrence": firing.occurrence,
-            "fired_at": _when(firing.fired_at),
+            "fired_at": api_datetime(firing.fired_at),
             "cause": firing.cause,
             "cause_event_id": _id(firing.cause_event_id),
             "event_id": str(firing.event_id),
@@ -641,7 +631,7 @@ class ResumeOutputSerializer(serializers.Serializer):
             "handover": None
             if package.handover is None
             else _HANDOVER.to_representation(package.handover),
-            "now": _when(package.now),
+            "now": api_datetime(package.now),
         }
 
 

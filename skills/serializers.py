@@ -9,8 +9,6 @@ declare their fields (the OpenAPI schema) and build the body directly.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django.conf import settings
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.plumbing import ResolvedComponent
@@ -23,6 +21,7 @@ from piper.api.serializers import (
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
+    api_datetime,
 )
 
 from .models import (
@@ -41,13 +40,6 @@ from .models import (
 from .selectors import Candidate, MatchResult, rate
 
 MAX_SOURCE = 64 * 1024
-
-
-def _when(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    text = value.astimezone(UTC).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 def _id(value) -> str | None:
@@ -350,8 +342,8 @@ class SkillStatsOutputSerializer(serializers.Serializer):
                 "successes": v.transfer_successes,
                 "success_rate": rate(v.transfer_successes, v.transfer_total),
             },
-            "last_used_at": _when(v.last_used_at),
-            "last_validated_at": _when(v.last_validated_at),
+            "last_used_at": api_datetime(v.last_used_at),
+            "last_validated_at": api_datetime(v.last_validated_at),
             "last_validation_status": v.last_validation_status,
         }
 
@@ -378,8 +370,8 @@ class VersionSummaryOutputSerializer(serializers.Serializer):
             "status": v.status,
             "purpose": v.purpose,
             "supersedes": _id(v.supersedes_id),
-            "created_at": _when(v.created_at),
-            "status_changed_at": _when(v.status_changed_at),
+            "created_at": api_datetime(v.created_at),
+            "status_changed_at": api_datetime(v.status_changed_at),
             "stats": _STATS.to_representation(v),
         }
 
@@ -403,7 +395,7 @@ class SkillOutputSerializer(serializers.Serializer):
         return {
             "id": str(skill.pk),
             "name": skill.name,
-            "created_at": _when(skill.created_at),
+            "created_at": api_datetime(skill.created_at),
             "source_event_id": str(skill.source_event_id),
             "validated_version": _id(validated.pk if validated else None),
             "versions": [_SUMMARY.to_representation(v) for v in versions],
@@ -428,7 +420,7 @@ class SkillTransitionOutputSerializer(serializers.Serializer):
             "reason": t.reason,
             "actor": t.actor,
             "event_id": str(t.event_id),
-            "at": _when(t.at),
+            "at": api_datetime(t.at),
         }
 
 
@@ -542,8 +534,8 @@ class ValidationOutputSerializer(serializers.Serializer):
             "cases_total": v.cases_total,
             "cases_passed": v.cases_passed,
             "error": v.error,
-            "created_at": _when(v.created_at),
-            "finished_at": _when(v.finished_at),
+            "created_at": api_datetime(v.created_at),
+            "finished_at": api_datetime(v.finished_at),
             "cases": [_CASE.to_representation(c) for c in getattr(v, "case_list", [])],
         }
 
@@ -606,8 +598,8 @@ class ExecutionOutputSerializer(serializers.Serializer):
             "duration_ms": e.duration_ms,
             "session_id": e.session_id,
             "source_event_id": str(e.source_event_id),
-            "created_at": _when(e.created_at),
-            "finished_at": _when(e.finished_at),
+            "created_at": api_datetime(e.created_at),
+            "finished_at": api_datetime(e.finished_at),
         }
 
 

@@ -1,9 +1,20 @@
 """Serializer conventions shared by every app."""
 
 import re
+from datetime import UTC, datetime
 
 from django.utils import timezone
 from rest_framework import serializers
+
+
+def api_datetime(value: datetime | None) -> str | None:
+    """A moment as every response writes it: ISO 8601 in UTC with 'Z' for +00:00
+    and microseconds only when there are any — what DRF's DateTimeField gives with
+    TIME_ZONE UTC, without its per-call time-zone lookup. None stays None."""
+    if value is None:
+        return None
+    text = value.astimezone(UTC).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 class StrictSerializer(serializers.Serializer):

@@ -3,7 +3,6 @@ built directly in to_representation (the declared fields document them)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from rest_framework import serializers
@@ -16,6 +15,7 @@ from piper.api.serializers import (
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
+    api_datetime,
 )
 from skills.serializers import MatchedVersionSerializer
 
@@ -26,12 +26,6 @@ from .services import MAX_LIMIT, MAX_NOTE_CHARS, Evidence, RecallResult
 KINDS = ("fact", "episode", "chunk", "skill", "intention", "path")
 CURRENTNESS = ("current", "superseded", "contested", "n/a")
 ALLOWED_ROUTES = ", ".join(router.ALLOWED)
-
-_datetime = serializers.DateTimeField().to_representation
-
-
-def _when(value: datetime | None) -> str | None:
-    return None if value is None else _datetime(value)
 
 
 # ------------------------------------------------------------------------ input
@@ -202,7 +196,7 @@ def _object(e: Evidence, context: dict) -> dict:
     if e.kind == "episode":
         return {
             "id": str(obj.pk),
-            "occurred_at": _when(obj.occurred_at),
+            "occurred_at": api_datetime(obj.occurred_at),
             "session_id": obj.session_id,
             "actor": obj.actor,
             "environment": obj.environment,
@@ -283,7 +277,7 @@ class FeedbackOutputSerializer(serializers.Serializer):
             "failure_code": f.failure_code or None,
             "note": f.note,
             "source_event_id": str(f.source_event_id),
-            "created_at": _when(f.created_at),
+            "created_at": api_datetime(f.created_at),
         }
 
 
@@ -316,7 +310,7 @@ class TraceOutputSerializer(serializers.Serializer):
             "abstained": t.abstained,
             "latency_ms": t.latency_ms,
             "embedding_model": t.embedding_model,
-            "created_at": _when(t.created_at),
+            "created_at": api_datetime(t.created_at),
             "feedback": None
             if feedback is None
             else FeedbackOutputSerializer().to_representation(feedback),

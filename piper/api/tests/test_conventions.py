@@ -133,3 +133,35 @@ class TestHealth:
         body = response.json()
         assert body["status"] == "down"
         assert body["database"] == {"ok": False, "error": "ConnectionError: no route to database"}
+
+
+class TestDatetimes:
+    """Every response writes a moment one way (api_datetime), the way DRF's own
+    DateTimeField does, so a client parses one format across the API."""
+
+    @pytest.mark.parametrize(
+        "moment",
+        [
+            "2026-10-03T02:00:00+00:00",
+            "2026-10-03T02:00:00.250000+00:00",
+            "2026-10-03T04:00:00+02:00",  # converted to UTC
+            "2026-10-02T21:30:00.000001-04:30",
+        ],
+    )
+    def test_api_datetime_is_drfs_utc_format(self, moment):
+        from datetime import datetime
+
+        from rest_framework import serializers
+
+        from piper.api.serializers import api_datetime
+
+        value = datetime.fromisoformat(moment)
+        written = api_datetime(value)
+        assert written == serializers.DateTimeField().to_representation(value)
+        assert written.endswith("Z") and "+" not in written
+        assert datetime.fromisoformat(written) == value
+
+    def test_none_stays_none(self):
+        from piper.api.serializers import api_datetime
+
+        assert api_datetime(None) is None

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from piper.api.serializers import api_datetime
 from piper.errors import InvalidInput
 from piper.tenancy.models import Agent
 
@@ -18,7 +19,7 @@ from .facts import route_current_fact
 from .graph import route_multi_hop
 from .inputs import RecallFilters, check_filters, check_limit, check_query
 from .intentions import route_what_to_do
-from .results import Answer, Ask, Evidence, QueryVector, RecallResult, iso_or_none
+from .results import Answer, Ask, Evidence, QueryVector, RecallResult
 from .skills import route_how_to
 
 MAX_TRACE_CANDIDATES = 50
@@ -55,8 +56,8 @@ def group_by_session(evidence: Sequence[Evidence]) -> list[dict[str, Any]]:
             {
                 "session_id": group["session_id"],
                 "evidence": [e.id for e in items],
-                "first_at": iso_or_none(items[0].occurred_at),
-                "last_at": iso_or_none(items[-1].occurred_at),
+                "first_at": api_datetime(items[0].occurred_at),
+                "last_at": api_datetime(items[-1].occurred_at),
                 "best_score": max(e.score for e in items),
             }
         )

@@ -7,8 +7,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from piper.api.serializers import api_datetime
+
 from .. import router
-from .results import NOT_APPLICABLE, Answer, Ask, Evidence, age_seconds, iso_or_none
+from .results import NOT_APPLICABLE, Answer, Ask, Evidence, age_seconds
 
 
 def _search_answer(result, evidence_of: Callable[[Any], Evidence], **details) -> Answer:
@@ -53,7 +55,7 @@ def _episode_evidence(hit, now: datetime) -> Evidence:
             "authority": episode.authority,
             "currentness": NOT_APPLICABLE,  # an event happened; it is neither current nor superseded
             "confidence": float(episode.confidence),
-            "occurred_at": iso_or_none(episode.occurred_at),
+            "occurred_at": api_datetime(episode.occurred_at),
             "outcome": episode.outcome,
         },
     )

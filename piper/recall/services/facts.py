@@ -9,10 +9,11 @@ from typing import Any
 
 from django.conf import settings
 
+from piper.api.serializers import api_datetime
 from piper.tenancy.models import Agent
 
 from .. import about
-from .results import CONTESTED, CURRENT, SUPERSEDED, Answer, Ask, Evidence, age_seconds, iso_or_none
+from .results import CONTESTED, CURRENT, SUPERSEDED, Answer, Ask, Evidence, age_seconds
 
 NEAR_MISS_PAIRS = 3  # pairs shown as near misses when no fact answers
 CANDIDATE_PAIRS = 20  # pairs the fact texts propose before the question's words judge them
@@ -51,9 +52,9 @@ def _fact_evidence(
             "currentness": currentness,
             "confidence": float(fact.confidence),
             "status": fact.status,
-            "valid_from": iso_or_none(fact.valid_from),
-            "valid_to": iso_or_none(fact.valid_to),
-            "recorded_at": iso_or_none(fact.recorded_at),
+            "valid_from": api_datetime(fact.valid_from),
+            "valid_to": api_datetime(fact.valid_to),
+            "recorded_at": api_datetime(fact.recorded_at),
             "needs_recheck": volatility is not None and age > volatility,
             "superseded_by": str(fact.superseded_by_id) if fact.superseded_by_id else None,
             "contested_by": [str(c.pk) for c in fact.open_contests],

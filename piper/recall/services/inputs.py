@@ -9,6 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from piper.api.serializers import api_datetime
 from piper.errors import InvalidInput
 
 MAX_QUERY_CHARS = 2000
@@ -34,7 +35,7 @@ class RecallFilters:
         for f in fields(self):
             value = getattr(self, f.name)
             if value is not None:
-                out[f.name] = value.isoformat() if isinstance(value, datetime) else str(value)
+                out[f.name] = api_datetime(value) if isinstance(value, datetime) else str(value)
         return out
 
 

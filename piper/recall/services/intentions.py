@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from .results import CURRENT, Answer, Ask, Evidence, age_seconds, iso_or_none
+from piper.api.serializers import api_datetime
+
+from .results import CURRENT, Answer, Ask, Evidence, age_seconds
 
 _URGENCY = {"due": 1.0, "executing": 0.9, "active": 0.6, "blocked": 0.4}
 _ROUTE_WORDS = {
@@ -68,7 +70,7 @@ def route_what_to_do(ask: Ask) -> Answer:
                     "currentness": CURRENT,  # open: cancelled and completed ones never come back
                     "confidence": float(event.confidence),
                     "status": intention.status,
-                    "due_at": iso_or_none(intention.due_at),
+                    "due_at": api_datetime(intention.due_at),
                     "trigger_type": intention.trigger_type,
                     "priority": intention.priority,
                 },

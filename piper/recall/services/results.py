@@ -95,7 +95,3 @@ class Ask:
 
 def age_seconds(now: datetime, then: datetime | None) -> int | None:
     return None if then is None else max(0, int((now - then).total_seconds()))
-
-
-def iso_or_none(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .results import CURRENT, NOT_APPLICABLE, Answer, Ask, Evidence, age_seconds, iso_or_none
+from piper.api.serializers import api_datetime
+
+from .results import CURRENT, NOT_APPLICABLE, Answer, Ask, Evidence, age_seconds
 
 
 def _skill_evidence(candidate, version, now: datetime) -> Evidence:
@@ -33,7 +35,7 @@ def _skill_evidence(candidate, version, now: datetime) -> Evidence:
             authority=event.authority,
             # How often it worked lately: what a validated skill's confidence is.
             confidence=rate(version.recent_successes or 0, version.recent_total or 0),
-            last_used_at=iso_or_none(version.last_used_at),
+            last_used_at=api_datetime(version.last_used_at),
             executions=version.executions_total,
         )
     return Evidence(

@@ -171,7 +171,7 @@ def test_what_happened(client_a):
         "authority": "system_observation",
         "currentness": "n/a",
         "confidence": 1.0,
-        "occurred_at": "2026-10-03T02:00:00+00:00",
+        "occurred_at": "2026-10-03T02:00:00Z",
         "outcome": "failure",
     }
     assert oom["episode"]["summary"] == episodes[0].summary

@@ -12,6 +12,7 @@ from django.utils import timezone
 from facts.services import fact_retract
 from facts.tests.factories import at, claim
 from ledger.models import Event
+from piper.api.serializers import api_datetime
 from piper.errors import Conflict, InvalidInput, NotFound
 from piper.recall.models import RecallFeedback, RetrievalTrace
 from piper.recall.services import recall, recall_feedback
@@ -49,8 +50,8 @@ class TestCurrentFact:
         ]
         current, history = result.evidence
         assert current.score > history.score
-        assert current.memory_status["valid_from"] == at(2025).isoformat()
-        assert history.memory_status["valid_to"] == at(2025).isoformat()
+        assert current.memory_status["valid_from"] == api_datetime(at(2025))
+        assert history.memory_status["valid_to"] == api_datetime(at(2025))
         assert not any(
             e.memory_status["currentness"] == "current" and "Monday" in e.text
             for e in result.evidence + result.near_misses
@@ -75,9 +76,9 @@ class TestCurrentFact:
             "currentness": "current",
             "confidence": 1.0,
             "status": "active",
-            "valid_from": at(2025).isoformat(),
+            "valid_from": api_datetime(at(2025)),
             "valid_to": None,
-            "recorded_at": fact.obj.recorded_at.isoformat(),
+            "recorded_at": api_datetime(fact.obj.recorded_at),
             "needs_recheck": False,
             "superseded_by": None,
             "contested_by": [],
@@ -343,8 +344,8 @@ class TestTrace:
         )
         assert RetrievalTrace.objects.get(pk=result.trace.pk).filters == {
             "actor": "ops-bot",
-            "occurred_after": at(2024).isoformat(),
-            "occurred_before": at(2025).isoformat(),
+            "occurred_after": api_datetime(at(2024)),
+            "occurred_before": api_datetime(at(2025)),
         }
 
 
