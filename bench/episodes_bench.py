@@ -21,9 +21,12 @@ world   Builds `agents` agents x `per-agent` episodes (1M by default) unless a
         (maintenance_work_mem 4GB); the ingest path itself is measured
         separately.
 graphs  Gives every agent past EPISODES_AGENT_GRAPH_MIN_ROWS (all ten, at 100k
-        each) its own HNSW graph, as celery-beat's episodes.build_agent_graphs
-        does (episodes/agent_graphs.py); leave it out to measure the global
-        graph alone (drop the episodes_hnsw_agent_* indexes first).
+        each) its own HNSW graph, and then every actor of theirs past
+        EPISODES_ACTOR_GRAPH_MIN_ROWS (all 160) its own, as celery-beat's
+        episodes.build_agent_graphs does (episodes/agent_graphs.py,
+        episodes/actor_graphs.py); leave it out to measure the global graph
+        alone (drop the episodes_hnsw_agent_* indexes and the
+        episodes_actorvector_* tables first).
 ingest  `episodes.services.episodes_record` in batches of 1,000 into a fresh
         agent (embeddings deferred: the embedding task is queued after commit
         and not run here); episodes/s, best of the passes.
@@ -39,7 +42,8 @@ search  `episodes.retrieval.episode_search` in-process with a precomputed query
 recall_at_10
         The vector half as retrieval runs it (HNSW, iterative scan,
         ef_search and max_scan_tuples from episodes.retrieval, re-ordered by
-        true distance) against exact search (sequential, `<=>` + 0) inside one
+        true distance; an actor's own graph where it has one and is the only
+        filter) against exact search (sequential, `<=>` + 0) inside one
         agent, with the same filters: mean recall@10, and the share of queries
         that returned fewer than 10 rows.
 http    GET /api/v1/episodes/search and POST /api/v1/recall through a real
@@ -390,16 +394,23 @@ def measure_embed(agent) -> dict:
 
 def build_agent_graphs() -> dict:
     """What celery-beat's episodes.build_agent_graphs does: every agent past
-    EPISODES_AGENT_GRAPH_MIN_ROWS gets its own graph."""
+    EPISODES_AGENT_GRAPH_MIN_ROWS gets its own graph, then every actor of
+    theirs past EPISODES_ACTOR_GRAPH_MIN_ROWS its own."""
+    from episodes.actor_graphs import actor_graphs, actor_graphs_build_missing
     from episodes.agent_graphs import agent_graphs, agent_graphs_build_missing
 
     started = time.perf_counter()
     built = [run for run in agent_graphs_build_missing() if run.seconds is not None]
+    agents_done = time.perf_counter()
+    actors = [run for run in actor_graphs_build_missing() if run.seconds is not None]
     return {
         "built": len(built),
         "seconds_each": [round(b.seconds, 1) for b in built],
-        "seconds": round(time.perf_counter() - started, 1),
+        "seconds": round(agents_done - started, 1),
         "present": sum(g.state == "present" for g in agent_graphs()),
+        "actor_graphs_built": len(actors),
+        "actor_graphs_seconds": round(time.perf_counter() - agents_done, 1),
+        "actor_graphs_present": sum(s.state == "present" for s in actor_graphs()),
         "load": load_average(),
     }
 
@@ -476,26 +487,46 @@ def measure_recall_at_10(agent, qs, vectors) -> dict:
     from django.db import connection, transaction
 
     from episodes import retrieval
+    from episodes.models import ActorGraph
 
+    leaves = dict(
+        ActorGraph.objects.filter(agent=agent, built_at__isnull=False).values_list(
+            "actor", "table_name"
+        )
+    )
     out = {}
     for name, filters in filter_sets(qs).items():
-        recalls, short, ann_s, exact_s = [], 0, [], []
+        recalls, short, ann_s, exact_s, read = [], 0, [], [], set()
         for vector, f in zip(vectors, filters, strict=True):
             where, params = _where(agent, f)
             qv = "[" + ",".join(repr(float(x)) for x in vector) + "]"
+            # As retrieval reads it: the actor's own graph when the actor is the
+            # only filter and has one, else the episodes' graphs.
+            leaf = leaves.get(f.actor) if f.actor and not f.occurred_after else None
+            read.add("actor_graph" if leaf else "episodes")
+            ann_sql = (
+                f"SELECT episode_id AS id, embedding <=> %s::vector AS d FROM {leaf}"
+                " ORDER BY embedding <=> %s::vector LIMIT %s"
+                if leaf
+                else "SELECT id, embedding <=> %s::vector AS d FROM episodes_episode"
+                f" WHERE {where} ORDER BY embedding <=> %s::vector LIMIT %s"
+            )
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(
                     "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
                     "set_config('hnsw.ef_search', %s, true), "
-                    "set_config('hnsw.max_scan_tuples', %s, true)",
-                    [str(retrieval.HNSW_EF_SEARCH), str(retrieval.HNSW_MAX_SCAN_TUPLES)],
+                    "set_config('hnsw.max_scan_tuples', %s, true), "
+                    "set_config('enable_seqscan', %s, true)",
+                    [
+                        str(retrieval.HNSW_EF_SEARCH),
+                        str(retrieval.HNSW_MAX_SCAN_TUPLES),
+                        "off" if leaf else "on",
+                    ],
                 )
                 t = time.perf_counter()
                 cursor.execute(
-                    f"SELECT id FROM (SELECT id, embedding <=> %s::vector AS d FROM episodes_episode "
-                    f"WHERE {where} ORDER BY embedding <=> %s::vector LIMIT %s) ann "
-                    "ORDER BY d, id LIMIT 10",
-                    [qv, *params, qv, retrieval.MIN_CANDIDATES],
+                    f"SELECT id FROM ({ann_sql}) ann ORDER BY d, id LIMIT 10",
+                    [qv, *([] if leaf else params), qv, retrieval.MIN_CANDIDATES],
                 )
                 ann = [r[0] for r in cursor.fetchall()]
                 ann_s.append(time.perf_counter() - t)
@@ -519,6 +550,7 @@ def measure_recall_at_10(agent, qs, vectors) -> dict:
             "queries_short_of_10": short,
             "ann_p50_ms": round(float(np.median(ann_s)) * 1000, 2),
             "exact_p50_ms": round(float(np.median(exact_s)) * 1000, 2),
+            "read": sorted(read),
             "load": load_average(),
         }
     return out

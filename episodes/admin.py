@@ -12,7 +12,7 @@ from django.urls import path, reverse
 from ledger.admin import ReadOnlyAdmin
 
 from .agent_graphs import agent_graphs
-from .models import AbstentionCalibration, Episode, SourceChunk
+from .models import AbstentionCalibration, ActorGraph, Episode, SourceChunk
 from .tasks import build_agent_graphs
 
 # The distinct-values filters read only this many of the newest rows: SELECT DISTINCT
@@ -254,4 +254,20 @@ class AbstentionCalibrationAdmin(ReadOnlyAdmin):
         "details",
         "created_at",
     ]
+    fields = readonly_fields
+
+
+@admin.register(ActorGraph)
+class ActorGraphAdmin(ReadOnlyAdmin):
+    """The large actors with a graph of their own (episodes.actor_graphs): built by
+    celery-beat after the agents' own graphs (*Agents' own vector graphs* queues
+    both), kept in step by triggers. Read-only: a registry row without its table,
+    or a table without its row, would leave the actor's searches on a stale copy."""
+
+    list_display = ["actor", "agent", "rows", "built_at", "table_name"]
+    list_filter = ["agent"]
+    search_fields = ["actor", "table_name"]
+    ordering = ["agent", "actor"]
+    list_select_related = ["agent"]
+    readonly_fields = ["id", "agent", "actor", "rows", "table_name", "created_at", "built_at"]
     fields = readonly_fields

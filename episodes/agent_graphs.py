@@ -61,7 +61,7 @@ def _parameters(reloptions: list[str] | None) -> dict[str, int]:
     return {"m": int(given.get("m", 16)), "ef_construction": int(given.get("ef_construction", 64))}
 
 
-def _wanted_parameters() -> dict[str, int]:
+def wanted_parameters() -> dict[str, int]:
     return {
         "m": int(settings.EPISODES_AGENT_GRAPH_M),
         "ef_construction": int(settings.EPISODES_AGENT_GRAPH_EF_CONSTRUCTION),
@@ -69,7 +69,7 @@ def _wanted_parameters() -> dict[str, int]:
 
 
 @contextmanager
-def _build_memory(cursor):
+def build_memory(cursor):
     """pgvector builds the graph in maintenance_work_mem and, once it no longer fits,
     goes on inserting one tuple at a time on disk: at PostgreSQL's 64 MB, a 1M-row
     build had loaded 312k tuples after 13 minutes; with 2 GB the whole build took
@@ -87,7 +87,7 @@ def _build_memory(cursor):
         cursor.execute("SELECT set_config('maintenance_work_mem', %s, false)", [previous])
 
 
-def _global_graph():
+def global_graph():
     return next(i for i in Episode._meta.indexes if i.name == "episodes_embedding_hnsw")
 
 
@@ -113,7 +113,7 @@ def agent_graphs(*, min_rows: int | None = None, max_graphs: int | None = None) 
             [table, PREFIX + "%"],
         )
         built = {name: (valid, _parameters(options)) for name, valid, options in cursor.fetchall()}
-    wanted = _wanted_parameters()
+    wanted = wanted_parameters()
     out = []
     for rank, (agent_id, rows) in enumerate(large):
         name = graph_name(agent_id)
@@ -126,8 +126,38 @@ def agent_graphs(*, min_rows: int | None = None, max_graphs: int | None = None) 
     return out
 
 
+def agents_with_graphs() -> list[uuid.UUID]:
+    """The agents whose own graph is there and valid, whatever their size now."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            " WHERE i.indrelid = %s::regclass AND c.relname LIKE %s AND i.indisvalid",
+            [Episode._meta.db_table, PREFIX + "%"],
+        )
+        return sorted(uuid.UUID(name.removeprefix(PREFIX)) for (name,) in cursor.fetchall())
+
+
 class BuildRunning(Exception):
-    """Another process holds BUILD_LOCK."""
+    """Another process holds the build's lock (BUILD_LOCK, actor_graphs.BUILD_LOCK)."""
+
+
+@contextmanager
+def exclusive_build(lock: str, what: str):
+    """One build of `what` at a time across workers and commands: a session-level
+    advisory lock named `lock` (it goes with the session if the process dies
+    mid-build), taken outside any transaction, as CREATE INDEX CONCURRENTLY needs.
+    Raises BuildRunning if another process holds it."""
+    if connection.in_atomic_block:
+        raise RuntimeError(f"{what}s cannot be built inside a transaction")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [lock])
+        if not cursor.fetchone()[0]:
+            raise BuildRunning(f"another {what} build is running")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [lock])
 
 
 @dataclass(frozen=True)
@@ -147,13 +177,7 @@ def agent_graphs_build_missing(
     `time_budget_seconds` have passed (the rest is left to the next run).
     Returns every large agent, built or not.
     Raises BuildRunning if another build holds the lock."""
-    if connection.in_atomic_block:
-        raise RuntimeError("agent graphs cannot be built inside a transaction")
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [BUILD_LOCK])
-        if not cursor.fetchone()[0]:
-            raise BuildRunning("another agent graph build is running")
-    try:
+    with exclusive_build(BUILD_LOCK, "agent graph"):
         started = time.monotonic()
         done = []
         for graph in agent_graphs(min_rows=min_rows, max_graphs=max_graphs):
@@ -163,9 +187,6 @@ def agent_graphs_build_missing(
             seconds = agent_graph_build(graph) if graph.needs_build and in_budget else None
             done.append(Built(graph, seconds))
         return done
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [BUILD_LOCK])
 
 
 def agent_graph_build(graph: AgentGraph) -> float:
@@ -175,14 +196,14 @@ def agent_graph_build(graph: AgentGraph) -> float:
     seconds it took. Runs outside a transaction: CREATE INDEX CONCURRENTLY must."""
     if connection.in_atomic_block:
         raise RuntimeError("agent_graph_build cannot run inside a transaction")
-    opclass = _global_graph().opclasses[0]
-    wanted = _wanted_parameters()
+    opclass = global_graph().opclasses[0]
+    wanted = wanted_parameters()
     started = time.perf_counter()
     with connection.cursor() as cursor:
         if graph.state in ("invalid", "outdated"):
             # Meanwhile the agent's searches take the global graph, as before its first build.
             cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {graph.index}")
-        with _build_memory(cursor):
+        with build_memory(cursor):
             cursor.execute(
                 f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {graph.index} ON {Episode._meta.db_table}"
                 f" USING hnsw (embedding {opclass})"

@@ -118,7 +118,10 @@ class _ResultFields(serializers.Serializer):
     metric = serializers.CharField(help_text="How evidence is computed.")
     embedding_model = serializers.CharField()
     vector_strategy = serializers.CharField(
-        help_text="exact, hnsw (iterative index scan) or hnsw+exact (the index found too few)."
+        help_text=(
+            "exact, hnsw (iterative index scan), hnsw+exact (the index found too few), "
+            "actor_graph (the actor's own graph) or actor_graph+exact."
+        )
     )
 
 

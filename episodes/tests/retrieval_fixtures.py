@@ -134,3 +134,21 @@ def clustered_vectors(agents, *, clusters: int = 50, noise: float = 0.5, seed: f
         )
         cursor.execute("SELECT c, v FROM retrieval_centres ORDER BY c")
         return [unit(list(v)) for _, v in cursor.fetchall()]
+
+
+def drop_vector_graphs() -> None:
+    """What the graph builders made (episodes.agent_graphs, episodes.actor_graphs):
+    indexes and tables outlive the rows a transactional test's teardown truncates."""
+    from episodes.agent_graphs import PREFIX
+    from episodes.models import ACTOR_VECTOR_TABLE
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE %s",
+            [ACTOR_VECTOR_TABLE + "\\_%"],
+        )
+        for (name,) in cursor.fetchall():
+            cursor.execute(f"DROP TABLE IF EXISTS {name} CASCADE")
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE %s", [PREFIX + "%"])
+        for (name,) in cursor.fetchall():
+            cursor.execute(f"DROP INDEX IF EXISTS {name}")

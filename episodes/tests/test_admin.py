@@ -1,9 +1,11 @@
-"""Episodes, chunks and calibrations are read-only in the admin; every page renders."""
+"""Episodes, chunks, calibrations and actor graphs are read-only in the admin;
+every page renders."""
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
-from episodes.models import AbstentionCalibration, Episode, SourceChunk
+from episodes.models import AbstentionCalibration, ActorGraph, Episode, SourceChunk
 from episodes.services import episodes_embed
 from episodes.tests.factories import EpisodeFactory, HashEmbedder, SourceFactory, memory_state
 from piper.tenancy.tests.factories import AgentFactory
@@ -41,7 +43,16 @@ def rows():
         answerable_accuracy=1.0,
         unanswerable_accuracy=0.9,
     )
+    # A registry row alone (its table is the builder's business): the pages only read it.
+    actor_graph = ActorGraph.objects.create(
+        agent=agent,
+        actor="ci",
+        table_name="episodes_actorvector_admin_view",
+        rows=4000,
+        built_at=timezone.now(),
+    )
     return {
+        "actorgraph": actor_graph,
         "episode": oom,
         "deploy": deploy,
         "sourcechunk": SourceChunk.objects.filter(source=source).order_by("ordinal").first(),
@@ -49,11 +60,12 @@ def rows():
     }
 
 
-MODELS = ["episode", "sourcechunk", "abstentioncalibration"]
+MODELS = ["episode", "sourcechunk", "abstentioncalibration", "actorgraph"]
 
 
 @pytest.mark.parametrize(
-    ("model", "count"), [("episode", 2), ("sourcechunk", 3), ("abstentioncalibration", 1)]
+    ("model", "count"),
+    [("episode", 2), ("sourcechunk", 3), ("abstentioncalibration", 1), ("actorgraph", 1)],
 )
 def test_changelist(admin_client, rows, model, count, django_assert_max_num_queries):
     with django_assert_max_num_queries(12):  # list_select_related: no query per row

@@ -9,7 +9,6 @@ from django.db import connection
 
 from episodes.agent_graphs import (
     BUILD_LOCK,
-    PREFIX,
     BuildRunning,
     agent_graph_build,
     agent_graphs,
@@ -18,7 +17,7 @@ from episodes.agent_graphs import (
 )
 from episodes.retrieval import SearchFilters, episode_search
 from episodes.tasks import build_agent_graphs
-from episodes.tests.retrieval_fixtures import record, topic
+from episodes.tests.retrieval_fixtures import drop_vector_graphs, record, topic
 from piper.tenancy.services import agent_create
 
 # CREATE INDEX CONCURRENTLY cannot run inside a transaction: these tests commit.
@@ -27,12 +26,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def _drop_agent_graphs():
-    # Indexes outlive the rows a transactional test's teardown truncates.
     yield
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE %s", [PREFIX + "%"])
-        for (name,) in cursor.fetchall():
-            cursor.execute(f"DROP INDEX IF EXISTS {name}")
+    drop_vector_graphs()
 
 
 def index_definition(name: str) -> str | None:
@@ -71,19 +66,21 @@ def test_an_agent_above_the_size_gets_its_own_graph_with_the_own_graph_parameter
     assert f"WHERE (agent_id = '{big.pk}'::uuid)" in definition
     assert index_definition(graph_name(small.pk)) is None  # 3 rows: below the size
     assert f"{big.pk}  12 episodes  {graph_name(big.pk)}: missing -> built in" in output
-    assert output.endswith("1 large agent(s); built 1\n")
+    assert "\n1 large agent(s); built 1\n" in output
+    # Its episodes name no actor: no actor graph to build.
+    assert output.endswith("\n0 large actor(s); built 0\n")
 
 
 def test_a_second_run_builds_nothing_and_a_dry_run_writes_nothing(agents):
     big, _ = agents
-    assert run("--min-rows", "10", "--dry-run").endswith("1 large agent(s); would build 1\n")
+    assert "\n1 large agent(s); would build 1\n" in run("--min-rows", "10", "--dry-run")
     assert index_definition(graph_name(big.pk)) is None
 
     run("--min-rows", "10")
     again = run("--min-rows", "10")
 
     assert f"{graph_name(big.pk)}: present\n" in again
-    assert again.endswith("1 large agent(s); built 0\n")
+    assert "\n1 large agent(s); built 0\n" in again
 
 
 def test_a_build_left_invalid_is_redone(agents):
@@ -160,9 +157,7 @@ def test_past_the_limit_of_graphs_the_smaller_agents_get_none(agents):
     assert index_definition(graph_name(big.pk)) is not None
     assert index_definition(graph_name(small.pk)) is None
     assert f"{graph_name(small.pk)}: over-limit\n" in output
-    assert output.endswith(
-        "2 large agent(s); built 1; 1 over the limit of graphs, left without one\n"
-    )
+    assert "2 large agent(s); built 1; 1 over the limit of graphs, left without one\n" in output
     # An agent that has its graph keeps it when others outgrow it.
     assert [g.state for g in agent_graphs(min_rows=3, max_graphs=0)] == ["present", "over-limit"]
 

@@ -224,6 +224,10 @@ EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS = env_int(
 # queries 0 of 10) for 2.6 ms. A graph built with others is rebuilt ("outdated").
 EPISODES_AGENT_GRAPH_M = env_int("EPISODES_AGENT_GRAPH_M", 16)
 EPISODES_AGENT_GRAPH_EF_CONSTRUCTION = env_int("EPISODES_AGENT_GRAPH_EF_CONSTRUCTION", 128)
+# An actor of such an agent (with its own graph) holding at least this many
+# vectors gets a graph of its own too (episodes/actor_graphs.py): below it, the
+# exact scan answers (EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS).
+EPISODES_ACTOR_GRAPH_MIN_ROWS = env_int("EPISODES_ACTOR_GRAPH_MIN_ROWS", 3_000)
 # maintenance_work_mem for those builds: the graph should fit (~200 MB for 100k
 # episodes at m 32), or pgvector finishes the build on disk, slowly.
 EPISODES_GRAPH_BUILD_MEMORY = os.environ.get("EPISODES_GRAPH_BUILD_MEMORY", "1GB")

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from episodes import actor_graphs
 from episodes.agent_graphs import BuildRunning, Built, agent_graphs, agent_graphs_build_missing
 
 
@@ -12,7 +13,9 @@ class Command(BaseCommand):
         "recall and filtered searches are faster (docs/benchmarks.md). Idempotent: "
         "agents that have one are left alone; a failed build is redone, and so is a "
         "graph built with other parameters than EPISODES_AGENT_GRAPH_M / "
-        "_EF_CONSTRUCTION. celery-beat runs the same hourly."
+        "_EF_CONSTRUCTION. Then every actor of such an agent with at least "
+        "EPISODES_ACTOR_GRAPH_MIN_ROWS vectors gets a graph of its own too "
+        "(episodes/actor_graphs.py). celery-beat runs the same hourly."
     )
 
     def add_arguments(self, parser):
@@ -49,3 +52,25 @@ class Command(BaseCommand):
         if over:
             summary += f"; {over} over the limit of graphs, left without one"
         self.stdout.write(summary)
+        self._actors(dry_run)
+
+    def _actors(self, dry_run: bool) -> None:
+        if dry_run:
+            runs = [actor_graphs.BuiltActor(s, None) for s in actor_graphs.actor_graphs()]
+        else:
+            try:
+                runs = actor_graphs.actor_graphs_build_missing()
+            except actor_graphs.BuildRunning as exc:
+                raise CommandError(f"{exc}; try again when it has finished") from exc
+        for run in runs:
+            s = run.actor_set
+            line = f"{s.agent_id}  actor {s.actor}  {s.rows:,} vectors: {s.state}"
+            if run.seconds is not None:
+                line += f" -> built in {run.seconds:.1f} s"
+            self.stdout.write(line)
+        built = sum(run.seconds is not None for run in runs)
+        missing = sum(run.actor_set.graph is None for run in runs)
+        self.stdout.write(
+            f"{len(runs)} large actor(s); "
+            + (f"would build {missing}" if dry_run else f"built {built}")
+        )
