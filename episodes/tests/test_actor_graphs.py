@@ -33,6 +33,17 @@ def _drop_graphs():
     drop_vector_graphs()
 
 
+@pytest.fixture(autouse=True)
+def _no_embedding_tasks(monkeypatch):
+    # These tests commit, and a real Celery worker that another test of this
+    # process started would embed the rows left without a vector (with the real
+    # model) while a test runs. Which vectors exist is the tests' to say here.
+    from episodes import services
+
+    monkeypatch.setattr(services, "_queue_embedding", lambda *args: None)
+    monkeypatch.setattr(services, "_queue_backlog", lambda *args: None)
+
+
 @pytest.fixture
 def sizes(settings):
     # An agent of 10+ rows gets its own graph; an actor of 20+ vectors its own too.
