@@ -33,8 +33,7 @@ from psycopg import sql
 
 from piper.ids import uuid7
 
-from .agent_graphs import (  # noqa: F401 - BuildRunning is this module's too
-    BuildRunning,
+from .agent_graphs import (
     agents_with_graphs,
     build_memory,
     exclusive_build,
@@ -99,8 +98,8 @@ def actor_graphs_build_missing(
     *, min_rows: int | None = None, time_budget_seconds: float | None = None
 ) -> list[BuiltActor]:
     """Build every missing graph of `actor_graphs`, largest first, one at a time;
-    none starts once `time_budget_seconds` have passed. Raises BuildRunning if
-    another build holds the lock."""
+    none starts once `time_budget_seconds` have passed. Raises
+    agent_graphs.BuildRunning if another build holds the lock."""
     with exclusive_build(BUILD_LOCK, "actor graph"):
         started = time.monotonic()
         done = []
@@ -135,7 +134,7 @@ def actor_graph_build(*, agent_id: uuid.UUID, actor: str) -> tuple[ActorGraph, f
     )
     upsert = (
         f"INSERT INTO {leaf} AS v {copy_rows}"
-        " ON CONFLICT (agent_id, actor, episode_id) DO UPDATE SET embedding = EXCLUDED.embedding"
+        " ON CONFLICT (episode_id, agent_id, actor) DO UPDATE SET embedding = EXCLUDED.embedding"
         " WHERE v.embedding IS DISTINCT FROM EXCLUDED.embedding"
     )
     with connection.cursor() as cursor:

@@ -1069,36 +1069,34 @@ def _fetch(
             # (the candidate it neighbours, its key columns, its distance)
             neighbour_rows = [(r[-1], *r[:n], r[n + 1]) for r in rows if r[-1] is not None]
             rows = [r[:-1] for r in rows if r[-1] is None]
-        if vector is not None and spec.actor_graph is not None:
-            strategy = "actor_graph"
-            if sum(1 for r in rows if r[n + 1] is not None) < k:
-                rows = _with_exact_vectors(cursor, spec, rows, lexemes, entities)
-                strategy = "actor_graph+exact"
-                neighbour_rows = None  # other candidates now: _with_session_context asks again
-        elif vector is not None:
-            counted = known_rows
-            if counted is None:
-                counted = next((r[n + 5] for r in rows if r[n + 5] is not None), None)
-            if counted is None:
-                cursor.execute(
-                    f"SELECT count(*) FROM (SELECT 1 FROM {spec.table} e"
-                    f" WHERE {spec.where_sql} LIMIT %(exact_cap)s) c",
-                    spec.params,
-                )
-                counted = cursor.fetchone()[0]
-            if known_rows is None:
-                _remember_count(_filtered_count_cache, count_key, counted)
-            strategy = "exact" if counted <= spec.exact_max else "hnsw"
+        if vector is not None:
+            if spec.actor_graph is not None:
+                strategy = "actor_graph"
+            else:
+                counted = known_rows
+                if counted is None:
+                    counted = next((r[n + 5] for r in rows if r[n + 5] is not None), None)
+                if counted is None:
+                    cursor.execute(
+                        f"SELECT count(*) FROM (SELECT 1 FROM {spec.table} e"
+                        f" WHERE {spec.where_sql} LIMIT %(exact_cap)s) c",
+                        spec.params,
+                    )
+                    counted = cursor.fetchone()[0]
+                if known_rows is None:
+                    _remember_count(_filtered_count_cache, count_key, counted)
+                strategy = "exact" if counted <= spec.exact_max else "hnsw"
             found = sum(1 for r in rows if r[n + 1] is not None)
-            if strategy == "hnsw" and found < k:
+            if strategy != "exact" and found < k:
+                # A graph (the agent's or the actor's) gave up before k rows.
                 rows = _with_exact_vectors(cursor, spec, rows, lexemes, entities)
-                strategy = "hnsw+exact"
+                strategy += "+exact"
                 neighbour_rows = None  # other candidates now: _with_session_context asks again
-        if vector is not None and nested:
-            cursor.execute(
-                "SELECT " + ", ".join(f"set_config('{s}', %s, true)" for s in HNSW_SETTINGS),
-                list(previous),
-            )
+            if nested:
+                cursor.execute(
+                    "SELECT " + ", ".join(f"set_config('{s}', %s, true)" for s in HNSW_SETTINGS),
+                    list(previous),
+                )
     cands = []
     for row in rows:
         text_rank, distance, shared, coverage, embedded = row[n : n + 5]

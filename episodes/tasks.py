@@ -215,7 +215,7 @@ def build_agent_graphs() -> list[str]:
             time_budget_seconds=AGENT_GRAPHS_TIME_BUDGET_SECONDS
         )
     except agent_graphs.BuildRunning:
-        logger.info("build_agent_graphs: another build is running")
+        logger.info("build_agent_graphs: another agent graph build is running")
         return []
     done = [run for run in runs if run.seconds is not None]
     for built in done:
@@ -229,7 +229,7 @@ def build_agent_graphs() -> list[str]:
     left = max(0.0, AGENT_GRAPHS_TIME_BUDGET_SECONDS - (time.monotonic() - started))
     try:
         actor_runs = actor_graphs.actor_graphs_build_missing(time_budget_seconds=left)
-    except actor_graphs.BuildRunning:
+    except agent_graphs.BuildRunning:
         logger.info("build_agent_graphs: another actor graph build is running")
         actor_runs = []
     for built in actor_runs:

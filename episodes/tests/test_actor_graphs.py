@@ -9,13 +9,12 @@ from django.db import connection, transaction
 
 from episodes.actor_graphs import (
     BUILD_LOCK,
-    BuildRunning,
     actor_graph_build,
     actor_graphs,
     actor_graphs_build_missing,
     agent_partition_name,
 )
-from episodes.agent_graphs import agent_graphs_build_missing
+from episodes.agent_graphs import BuildRunning, agent_graphs_build_missing
 from episodes.models import ACTOR_VECTOR_TABLE, ActorGraph, Episode
 from episodes.retrieval import SearchFilters, episode_search
 from episodes.services import rebuild_projection

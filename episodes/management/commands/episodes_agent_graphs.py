@@ -60,7 +60,7 @@ class Command(BaseCommand):
         else:
             try:
                 runs = actor_graphs.actor_graphs_build_missing()
-            except actor_graphs.BuildRunning as exc:
+            except BuildRunning as exc:
                 raise CommandError(f"{exc}; try again when it has finished") from exc
         for run in runs:
             s = run.actor_set
