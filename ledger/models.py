@@ -45,7 +45,23 @@ class Event(models.Model):
     confidence = models.FloatField(validators=[MinValueValidator(0.0), MaxValueValidator(1.0)])
     payload = models.JSONField(default=dict)
     payload_hash = models.CharField(
-        max_length=64, help_text="SHA-256 of the canonical JSON payload."
+        max_length=64,
+        help_text="Hash of the canonical JSON payload: SHA-256 (hash_version 1), or an "
+        "HMAC of the payload and the labels keyed by payload_salt (hash_version 2).",
+    )
+    payload_salt = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The key of payload_hash (hash_version 2); a purge removes it, so an "
+        "erased payload cannot be confirmed by guessing.",
+    )
+    hash_version = models.PositiveSmallIntegerField(
+        default=1,
+        db_default=1,
+        help_text="1: the chain covers the labels (actor, session, source_ref) as written; "
+        "2: payload_hash covers them, and a purge removes them with the payload.",
     )
     prev_hash = models.CharField(max_length=64, help_text="hash of this agent's previous event.")
     hash = models.CharField(
@@ -109,6 +125,9 @@ class Event(models.Model):
                 condition=models.Q(retention_class__in=RetentionClass.values),
                 name="ledger_event_retention_class",
             ),
+            models.CheckConstraint(
+                condition=models.Q(hash_version__in=[1, 2]), name="ledger_event_hash_version"
+            ),
         ]
         indexes = [
             models.Index(fields=["agent", "event_type", "seq"], name="ledger_event_type_idx"),
@@ -152,11 +171,11 @@ class Tombstone(models.Model):
     event = models.OneToOneField(Event, on_delete=models.PROTECT, related_name="tombstone")
     reason = models.CharField(max_length=500)
     requested_by = models.CharField(max_length=200, blank=True, default="")
-    purge_event = models.OneToOneField(
+    purge_event = models.ForeignKey(
         Event,
         on_delete=models.PROTECT,
         related_name="+",
-        help_text="The ledger event recording the purge.",
+        help_text="The ledger event recording the purge (one for every event a purge took).",
     )
     created_at = models.DateTimeField(db_default=Now())
 

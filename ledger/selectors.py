@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from piper.errors import NotFound
 from piper.tenancy.models import Agent
 
-from .hashing import event_hash, payload_hash
+from .hashing import LABELS, event_hash, event_payload_hash
 from .models import GENESIS_HASH, ChainHead, Event, Source, Tombstone
 
 
@@ -84,6 +84,10 @@ class ChainReport:
         return self.first_break is None
 
 
+PAYLOAD_ALTERED = {
+    1: "payload does not match payload_hash (payload altered)",
+    2: "payload or labels do not match payload_hash (payload, actor, session or source_ref altered)",
+}
 REDACTED_WITHOUT_PURGE = "marked redacted without a purge (payload altered or no tombstone)"
 
 
@@ -138,11 +142,13 @@ def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
             return report(
                 ChainBreak(**where, reason="prev_hash does not match the previous event's hash")
             )
-        if event.redacted_at is None and payload_hash(event.payload) != event.payload_hash:
-            return report(
-                ChainBreak(**where, reason="payload does not match payload_hash (payload altered)")
-            )
-        if event.redacted_at is not None and event.payload != {}:
+        if event.redacted_at is None and event_payload_hash(event) != event.payload_hash:
+            return report(ChainBreak(**where, reason=PAYLOAD_ALTERED[event.hash_version]))
+        if event.redacted_at is not None and (
+            event.payload != {}
+            or event.payload_salt
+            or (event.hash_version > 1 and any(getattr(event, n) for n in LABELS))
+        ):
             return report(ChainBreak(**where, reason=REDACTED_WITHOUT_PURGE))
         if event.redacted_at is not None:
             redacted[event.pk] = where

@@ -77,6 +77,10 @@ class EventOutputSerializer(serializers.Serializer):
     confidence = serializers.FloatField()
     payload = serializers.JSONField()
     payload_hash = serializers.CharField()
+    # With the payload and the labels, lets a client check payload_hash
+    # (ledger.hashing); a purge removes it.
+    payload_salt = serializers.CharField()
+    hash_version = serializers.IntegerField()
     prev_hash = serializers.CharField()
     hash = serializers.CharField()
     parent_event_id = serializers.UUIDField(allow_null=True)

@@ -18,8 +18,9 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
+from piper import appends
 from piper.canonical import sha256_hex
-from piper.errors import InvalidInput, NotFound, Unprocessable
+from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
 from piper.provenance import (
     DEFAULT_AUTHORITY_FOR_SOURCE,
     Authority,
@@ -30,7 +31,7 @@ from piper.provenance import (
 from piper.tenancy.models import Agent
 
 from . import hooks
-from .hashing import event_hash, payload_hash
+from .hashing import HASH_VERSION, event_hash, event_payload_hash, new_salt
 from .models import ChainHead, Event, Source, Tombstone
 
 EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]*([.:/-][a-z0-9_]+)*$")
@@ -228,16 +229,19 @@ def events_append(*, agent: Agent, drafts: Sequence[EventDraft]) -> list[Event]:
                 authority=draft.authority or DEFAULT_AUTHORITY_FOR_SOURCE[draft.source_type],
                 confidence=float(draft.confidence),
                 payload=payload,
-                payload_hash=payload_hash(payload),
+                payload_salt=new_salt(),
+                hash_version=HASH_VERSION,
                 parent_event_id=draft.parent_event_id,
                 correction_of_id=draft.correction_of_id,
                 privacy_class=draft.privacy_class,
                 retention_class=draft.retention_class,
                 prev_hash=last_hash,
             )
+            event.payload_hash = event_payload_hash(event)
             event.hash = last_hash = event_hash(event)
             events.append(event)
         Event.objects.bulk_create(events)
+        appends.note(e.pk for e in events)
         first_seq = events[0].seq
         transaction.on_commit(lambda: hooks.notify(agent.pk, first_seq, last_seq))
         ChainHead.objects.filter(agent_id=agent.pk).update(last_seq=last_seq, last_hash=last_hash)
@@ -250,55 +254,119 @@ def event_append(*, agent: Agent, event_type: str, **fields: Any) -> Event:
 
 
 PURGE_SETTING = "piper.ledger_purge"
+EVENTS_REDACTED = "ledger.events_redacted"
 
 
-def event_redact(
-    *, agent: Agent, event_id: uuid.UUID, reason: str, requested_by: str = ""
-) -> Tombstone:
-    """The one sanctioned change to a stored event: the retention purge.
+def events_redact(
+    *,
+    agent: Agent,
+    event_ids: Sequence[uuid.UUID],
+    reason: str,
+    requested_by: str = "",
+    legal_hold_lifted: str = "",
+) -> list[Tombstone]:
+    """The one sanctioned change to stored events: the purge, for many at once.
 
-    Replaces the payload with {} and stamps redacted_at, through a
-    transaction-local setting the append-only trigger recognises; every hash is
-    kept, so the chain still verifies. Records a tombstone and a
-    'ledger.event_redacted' event. Idempotent: a second purge returns the
-    first tombstone.
+    Each event's payload becomes {} and redacted_at is stamped, through a
+    transaction-local setting the append-only trigger recognises. Events of
+    hash scheme 2 also lose their labels (actor, session, source_ref) and the
+    salt of their payload_hash; every hash is kept, so the chain still
+    verifies, and without the salt the hash confirms no guess of the content.
+    One 'ledger.events_redacted' event records the purge (ids, seqs, reason:
+    no content) and each event gets a tombstone. Events already purged are
+    skipped, so a retry is a no-op; the tombstones of every asked event are
+    returned, in seq order.
+
+    Refused with Conflict (409, code 'legal_hold', nothing changed) when an
+    event is under legal hold (retention class 'permanent'), unless
+    `legal_hold_lifted` gives the operator's reason for lifting it. Another
+    agent's event, or an unknown one, raises NotFound.
     """
     if not reason.strip():
         raise InvalidInput("a purge needs a reason", details={"reason": ["required"]})
+    wanted = list(dict.fromkeys(event_ids))
+    if not wanted:
+        return []
     with transaction.atomic():
-        event = Event.objects.select_for_update().filter(agent=agent, pk=event_id).first()
-        if event is None:
-            raise NotFound(f"event {event_id} not found")
-        existing = Tombstone.objects.filter(event=event).first()
-        if existing:
-            return existing
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config(%s, 'on', true)", [PURGE_SETTING])
-            cursor.execute(
-                f"UPDATE {Event._meta.db_table} SET payload = '{{}}'::jsonb, redacted_at = now() "
-                "WHERE id = %s",
-                [event.pk],
+        events = list(
+            Event.objects.select_for_update()
+            .filter(agent=agent, pk__in=wanted)
+            .order_by("seq")
+            .only("id", "seq", "payload_hash", "retention_class", "redacted_at", "hash_version")
+        )
+        if len(events) != len(wanted):
+            missing = sorted({str(i) for i in wanted} - {str(e.pk) for e in events})
+            raise NotFound(f"event {missing[0]} not found", details={"missing_event_ids": missing})
+        todo = [e for e in events if e.redacted_at is None]
+        held = [str(e.pk) for e in todo if e.retention_class == RetentionClass.PERMANENT]
+        if held and not legal_hold_lifted.strip():
+            raise Conflict(
+                f"{len(held)} event(s) are under legal hold (retention class 'permanent'); "
+                "an operator must lift the hold, with a reason, to erase them",
+                code="legal_hold",
+                details={"held_event_ids": held[:100], "held": len(held)},
             )
-            cursor.execute("SELECT set_config(%s, 'off', true)", [PURGE_SETTING])
-        purge_event = event_append(
-            agent=agent,
-            event_type="ledger.event_redacted",
-            payload={
-                "event_id": str(event.pk),
-                "seq": event.seq,
+        if todo:
+            ids = [e.pk for e in todo]
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config(%s, 'on', true)", [PURGE_SETTING])
+                cursor.execute(
+                    f"UPDATE {Event._meta.db_table} SET payload = '{{}}'::jsonb, "
+                    "redacted_at = now(), payload_salt = '', "
+                    "actor = CASE WHEN hash_version = 1 THEN actor ELSE '' END, "
+                    "session_id = CASE WHEN hash_version = 1 THEN session_id ELSE '' END, "
+                    "source_ref = CASE WHEN hash_version = 1 THEN source_ref ELSE '' END "
+                    "WHERE agent_id = %s AND id = ANY(%s)",
+                    [agent.pk, ids],
+                )
+                cursor.execute("SELECT set_config(%s, 'off', true)", [PURGE_SETTING])
+            purge_payload: dict[str, Any] = {
+                "event_ids": [str(i) for i in ids],
+                "seqs": [e.seq for e in todo],
                 "reason": reason,
-                "payload_hash": event.payload_hash,
-            },
-            actor=requested_by,
-            source_type=SourceType.OPERATOR,
-        )
-        return Tombstone.objects.create(
-            agent=agent,
-            event=event,
-            reason=reason,
-            requested_by=requested_by,
-            purge_event=purge_event,
-        )
+            }
+            if held:
+                purge_payload["legal_hold_lifted"] = {
+                    "reason": legal_hold_lifted,
+                    "event_ids": held,
+                }
+            purge_event = event_append(
+                agent=agent,
+                event_type=EVENTS_REDACTED,
+                payload=purge_payload,
+                actor=requested_by,
+                source_type=SourceType.OPERATOR,
+            )
+            Tombstone.objects.bulk_create(
+                Tombstone(
+                    agent=agent,
+                    event_id=e.pk,
+                    reason=reason,
+                    requested_by=requested_by,
+                    purge_event=purge_event,
+                )
+                for e in todo
+            )
+        by_event = {t.event_id: t for t in Tombstone.objects.filter(event_id__in=wanted)}
+        return [by_event[e.pk] for e in events]
+
+
+def event_redact(
+    *,
+    agent: Agent,
+    event_id: uuid.UUID,
+    reason: str,
+    requested_by: str = "",
+    legal_hold_lifted: str = "",
+) -> Tombstone:
+    """events_redact for one event: its tombstone (the first one, on a retry)."""
+    return events_redact(
+        agent=agent,
+        event_ids=[event_id],
+        reason=reason,
+        requested_by=requested_by,
+        legal_hold_lifted=legal_hold_lifted,
+    )[0]
 
 
 def source_register(

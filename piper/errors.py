@@ -39,6 +39,13 @@ class Conflict(PiperError):
     default_code = "conflict"
 
 
+class Gone(PiperError):
+    """It existed, and was erased on purpose: not coming back."""
+
+    status = 410
+    default_code = "gone"
+
+
 class PayloadTooLarge(PiperError):
     status = 413
     default_code = "payload_too_large"

@@ -17,9 +17,9 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 from django.utils.dateparse import parse_datetime
 
+from ledger.hashing import LABELS, payload_hash
 from ledger.models import Event
 from ledger.selectors import chain_verify
-from piper.canonical import json_hash
 from piper.provenance import Authority, PrivacyClass, RetentionClass, SourceType
 
 from ..registry import ItemFailure, Suite, expect, expect_equal, register
@@ -125,7 +125,17 @@ def append_read_back(ctx: ItemContext) -> dict[str, Any]:
     expect_equal(
         stored["prev_hash"], first["hash"], code=F.W0, what="prev_hash (the anchor's hash)"
     )
-    expect_equal(stored["payload_hash"], json_hash(sent["payload"]), code=F.W0, what="payload_hash")
+    # A client checks the payload it sent against the answer's payload_hash and salt.
+    expect_equal(
+        stored["payload_hash"],
+        payload_hash(
+            sent["payload"],
+            salt=stored.get("payload_salt") or "",
+            labels={name: sent[name] for name in LABELS},
+        ),
+        code=F.W0,
+        what="payload_hash",
+    )
     expect(
         bool(HEX64.match(stored.get("hash") or "")),
         F.W0,

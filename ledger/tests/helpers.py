@@ -19,7 +19,9 @@ def error(code: str, message: str, details: Any = None) -> dict:
 def ledger_state() -> dict:
     """Everything a write could touch. Bad-input tests assert it did not change."""
     return {
-        "events": list(Event.objects.order_by("agent_id", "seq").values_list("id", "hash")),
+        "events": list(
+            Event.objects.order_by("agent_id", "seq").values_list("id", "hash", "redacted_at")
+        ),
         "heads": list(
             ChainHead.objects.order_by("agent_id").values_list("agent_id", "last_seq", "last_hash")
         ),

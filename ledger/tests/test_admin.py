@@ -50,7 +50,7 @@ def test_event_changelist_search_and_filters(admin_client, ledger_rows):
     url = reverse("admin:ledger_event_changelist")
     assert admin_client.get(url, {"q": "s-1"}).context["cl"].result_count == 1
     assert (
-        admin_client.get(url, {"event_type": "ledger.event_redacted"}).context["cl"].result_count
+        admin_client.get(url, {"event_type": "ledger.events_redacted"}).context["cl"].result_count
         == 1
     )
     assert (

@@ -5,6 +5,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from ledger.selectors import PAYLOAD_ALTERED
 from ledger.services import EventDraft, events_append
 from ledger.tests.tampering import behind_the_triggers_back
 from piper.tenancy.tests.factories import AgentFactory
@@ -48,7 +49,7 @@ def test_altered_payload_is_reported_and_the_command_fails(agents):
     assert caught.value.returncode == 1  # manage.py exits with it
     assert out.getvalue() == (
         f"BROKEN  alpha: first break at seq 3 (event {events[2].pk}): "
-        "payload does not match payload_hash (payload altered)\n"
+        f"{PAYLOAD_ALTERED[2]}\n"
         "ok      beta: 1 events\n"
     )
 

@@ -7,6 +7,7 @@ import pytest
 
 from ledger.models import Event
 from ledger.selectors import (
+    PAYLOAD_ALTERED,
     ChainBreak,
     chain_verify,
     event_get,
@@ -21,6 +22,8 @@ from piper.errors import NotFound
 from piper.tenancy.tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
+
+EVENT_ALTERED = "hash does not match the event's fields (event altered)"
 
 
 @pytest.fixture
@@ -58,7 +61,7 @@ class TestChainVerify:
         assert report.first_break == ChainBreak(
             seq=3,
             event_id=str(events[2].pk),
-            reason="payload does not match payload_hash (payload altered)",
+            reason=PAYLOAD_ALTERED[2],
         )
         assert report.events_checked == 3
 
@@ -74,25 +77,32 @@ class TestChainVerify:
         )
 
     @pytest.mark.parametrize(
-        "assignment",
+        ("assignment", "reason"),
         [
-            "actor = 'forger'",
-            "event_type = 'other.type'",
-            "occurred_at = occurred_at - interval '1 second'",
-            "authority = 'operator'",
-            "confidence = 0.5",
-            "payload = '{\"n\": 999}'::jsonb, payload_hash = encode(sha256('{\"n\":999}'::bytea), 'hex')",
+            # Labels are covered by the salted payload_hash (scheme 2).
+            ("actor = 'forger'", PAYLOAD_ALTERED[2]),
+            ("session_id = 'other'", PAYLOAD_ALTERED[2]),
+            ("source_ref = 'elsewhere'", PAYLOAD_ALTERED[2]),
+            ("event_type = 'other.type'", EVENT_ALTERED),
+            ("occurred_at = occurred_at - interval '1 second'", EVENT_ALTERED),
+            ("authority = 'operator'", EVENT_ALTERED),
+            ("confidence = 0.5", EVENT_ALTERED),
+            ("hash_version = 1", PAYLOAD_ALTERED[1]),
+            # A forger who rehashes the payload without the salt is caught by the
+            # payload check; one who also drops the salt, by the event's hash.
+            (
+                "payload = '{\"n\": 999}'::jsonb, payload_hash = encode(sha256('{\"n\":999}'::bytea), 'hex')",
+                PAYLOAD_ALTERED[2],
+            ),
         ],
     )
-    def test_any_hashed_field_altered(self, chain, assignment):
+    def test_any_hashed_field_altered(self, chain, assignment, reason):
         agent, events = chain
         behind_the_triggers_back(
             f"UPDATE ledger_event SET {assignment} WHERE id = %s", [events[3].pk]
         )
         assert chain_verify(agent=agent).first_break == ChainBreak(
-            seq=4,
-            event_id=str(events[3].pk),
-            reason="hash does not match the event's fields (event altered)",
+            seq=4, event_id=str(events[3].pk), reason=reason
         )
 
     def test_prev_hash_altered(self, chain):

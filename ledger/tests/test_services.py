@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from ledger.hashing import event_hash, payload_hash
+from ledger.hashing import event_hash, event_payload_hash, payload_hash
 from ledger.models import GENESIS_HASH, ChainHead, Event, Source, Tombstone
 from ledger.selectors import chain_verify
 from ledger.services import (
@@ -13,12 +13,14 @@ from ledger.services import (
     event_append,
     event_redact,
     events_append,
+    events_redact,
     source_register,
 )
 from ledger.tests.factories import EventFactory
 from ledger.tests.helpers import db_clock, db_now, ledger_state
+from ledger.tests.tampering import as_scheme_1
 from piper.canonical import sha256_hex
-from piper.errors import InvalidInput, NotFound, Unprocessable
+from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
 from piper.tenancy.tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
@@ -41,7 +43,12 @@ class TestEventsAppend:
         assert [e.prev_hash for e in stored[1:]] == [e.hash for e in stored[:-1]]
         assert [event_hash(e) for e in stored] == [e.hash for e in stored]
         assert stored[2].payload == {"k": [1, 2.5, "x", None, True]}
-        assert stored[2].payload_hash == payload_hash({"k": [1, 2.5, "x", None, True]})
+        assert stored[2].payload_hash == payload_hash(
+            {"k": [1, 2.5, "x", None, True]},
+            salt=stored[2].payload_salt,
+            labels={"actor": "", "session_id": "", "source_ref": ""},
+        )
+        assert len({e.payload_salt for e in stored}) == 3  # a salt of its own each
         head = ChainHead.objects.get(agent=agent)
         assert (head.last_seq, head.last_hash) == (3, stored[2].hash)
         assert chain_verify(agent=agent).ok
@@ -282,15 +289,20 @@ class TestEventsAppend:
         row = Event.objects.get(pk=event.pk)
         assert row.payload == event.payload == {"x": read_back, "nested": [read_back]}
         assert type(row.payload["x"]) is type(read_back)
-        assert row.payload_hash == payload_hash(row.payload)
+        assert row.payload_hash == event_payload_hash(row)
         assert chain_verify(agent=agent).ok
 
 
 class TestEventRedact:
-    def test_redacts_payload_keeps_hashes_and_leaves_a_tombstone(self):
+    def test_redacts_payload_and_labels_keeps_hashes_and_leaves_a_tombstone(self):
         agent = AgentFactory()
         target = event_append(
-            agent=agent, event_type="user.said", payload={"text": "my card is 4111"}
+            agent=agent,
+            event_type="user.said",
+            payload={"text": "my card is 4111"},
+            actor="alice@example.com",
+            session_id="alice-chat",
+            source_ref="msg-17",
         )
         event_append(agent=agent, event_type="a.after")
         tombstone = event_redact(
@@ -298,12 +310,19 @@ class TestEventRedact:
         )
 
         row = Event.objects.get(pk=target.pk)
-        assert row.payload == {}
+        assert (row.payload, row.payload_salt, row.actor, row.session_id, row.source_ref) == (
+            {},
+            "",
+            "",
+            "",
+            "",
+        )
         assert row.redacted_at == db_now()
-        assert (row.payload_hash, row.hash, row.prev_hash) == (
+        assert (row.payload_hash, row.hash, row.prev_hash, row.event_type) == (
             target.payload_hash,
             target.hash,
             target.prev_hash,
+            "user.said",
         )
         assert (
             tombstone.agent_id,
@@ -314,19 +333,92 @@ class TestEventRedact:
         purge = Event.objects.get(pk=tombstone.purge_event_id)
         assert (purge.seq, purge.event_type, purge.actor, purge.source_type, purge.authority) == (
             3,
-            "ledger.event_redacted",
+            "ledger.events_redacted",
             "ops@example",
             "operator",
             "operator",
         )
+        # Ids, positions and the reason: nothing of what was erased.
         assert purge.payload == {
-            "event_id": str(target.pk),
-            "seq": 1,
+            "event_ids": [str(target.pk)],
+            "seqs": [1],
             "reason": "GDPR erasure",
-            "payload_hash": target.payload_hash,
         }
         report = chain_verify(agent=agent)
         assert (report.ok, report.events_checked) == (True, 3)
+
+    def test_the_kept_hash_confirms_no_guess_of_the_erased_payload(self):
+        """A short payload's plain SHA-256 is found by trying the likely texts;
+        the salted hash cannot be checked once the salt is gone."""
+        agent = AgentFactory()
+        target = event_append(agent=agent, event_type="user.said", payload={"answer": "yes"})
+        salt = target.payload_salt
+        event_redact(agent=agent, event_id=target.pk, reason="erasure")
+        row = Event.objects.get(pk=target.pk)
+        labels = {"actor": "", "session_id": "", "source_ref": ""}
+        guesses = [{"answer": word} for word in ("yes", "no", "maybe")]
+        assert row.payload_hash not in {payload_hash(g) for g in guesses}
+        assert row.payload_hash not in {payload_hash(g, salt="", labels=labels) for g in guesses}
+        # Only the salt, now gone, made it checkable.
+        assert row.payload_hash == payload_hash(guesses[0], salt=salt, labels=labels)
+
+    def test_many_events_in_one_purge_one_event_and_a_tombstone_each(self):
+        agent = AgentFactory()
+        events = events_append(
+            agent=agent,
+            drafts=[EventDraft(event_type="a.b", payload={"n": n}) for n in range(4)],
+        )
+        tombstones = events_redact(
+            agent=agent, event_ids=[events[2].pk, events[0].pk], reason="retention"
+        )
+        assert [t.event_id for t in tombstones] == [events[0].pk, events[2].pk]
+        assert len({t.purge_event_id for t in tombstones}) == 1
+        purge = Event.objects.get(pk=tombstones[0].purge_event_id)
+        assert purge.payload == {
+            "event_ids": [str(events[0].pk), str(events[2].pk)],
+            "seqs": [1, 3],
+            "reason": "retention",
+        }
+        payloads = dict(Event.objects.filter(agent=agent, seq__lte=4).values_list("seq", "payload"))
+        assert payloads == {1: {}, 2: {"n": 1}, 3: {}, 4: {"n": 3}}
+        assert chain_verify(agent=agent).ok
+
+    def test_a_scheme_1_event_keeps_its_labels_which_its_hash_covers(self):
+        """Events written before the salted scheme: the chain covers their labels."""
+        agent = AgentFactory()
+        target = event_append(agent=agent, event_type="a.b", payload={"x": 1}, actor="bob")
+        as_scheme_1(target)
+        event_redact(agent=agent, event_id=target.pk, reason="erasure")
+        row = Event.objects.get(pk=target.pk)
+        assert (row.payload, row.actor, row.hash_version) == ({}, "bob", 1)
+        assert chain_verify(agent=agent).ok
+
+    def test_legal_hold_refuses_until_an_operator_lifts_it_with_a_reason(self):
+        agent = AgentFactory()
+        held = event_append(
+            agent=agent, event_type="a.b", payload={"x": 1}, retention_class="permanent"
+        )
+        free = event_append(agent=agent, event_type="a.b", payload={"x": 2})
+        before = ledger_state()
+        with pytest.raises(Conflict) as caught:
+            events_redact(agent=agent, event_ids=[free.pk, held.pk], reason="erasure")
+        assert (caught.value.code, caught.value.details) == (
+            "legal_hold",
+            {"held_event_ids": [str(held.pk)], "held": 1},
+        )
+        assert ledger_state() == before
+        tombstones = events_redact(
+            agent=agent,
+            event_ids=[free.pk, held.pk],
+            reason="erasure",
+            legal_hold_lifted="court order 42 ended the hold",
+        )
+        purge = Event.objects.get(pk=tombstones[0].purge_event_id)
+        assert purge.payload["legal_hold_lifted"] == {
+            "reason": "court order 42 ended the hold",
+            "event_ids": [str(held.pk)],
+        }
+        assert Event.objects.get(pk=held.pk).payload == {}
 
     def test_second_purge_is_a_no_op_returning_the_first_tombstone(self):
         agent = AgentFactory()
@@ -359,6 +451,7 @@ class TestEventRedact:
         with pytest.raises(NotFound) as caught:
             event_redact(agent=mine, event_id=theirs.pk, reason="erasure")
         assert caught.value.message == f"event {theirs.pk} not found"
+        assert caught.value.details == {"missing_event_ids": [str(theirs.pk)]}
         assert ledger_state() == before
         assert Event.objects.get(pk=theirs.pk).payload == {"x": 1}
 

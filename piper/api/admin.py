@@ -5,7 +5,8 @@ from .models import IdempotencyRecord
 
 @admin.register(IdempotencyRecord)
 class IdempotencyRecordAdmin(admin.ModelAdmin):
-    list_display = ["key", "agent", "response_status", "created_at"]
+    list_display = ["key", "agent", "response_status", "created_at", "erased_at"]
+    list_filter = [("erased_at", admin.EmptyFieldListFilter)]
     list_select_related = ["agent"]
     search_fields = ["key", "agent__name"]
     readonly_fields = [
@@ -14,6 +15,8 @@ class IdempotencyRecordAdmin(admin.ModelAdmin):
         "request_fingerprint",
         "response_status",
         "response_body",
+        "event_ids",
+        "erased_at",
         "created_at",
     ]
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import random
 import time
 from collections.abc import Callable
 
+from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from psycopg import errors as pg_errors
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from piper.canonical import sha256_hex
-from piper.errors import InvalidInput, Unprocessable
+from piper import appends
+from piper.errors import Gone, InvalidInput, Unprocessable
 
 from .models import IdempotencyRecord
 from .rendering import JSONRenderer
@@ -50,7 +53,13 @@ def _fingerprint(request: Request) -> str:
     body = json.dumps(
         request.data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True
     )
-    return sha256_hex(f"{request.method} {request.path}\n{body}")
+    # Keyed: a plain hash of a short body (an erased one included) could be
+    # confirmed by hashing the likely texts.
+    return hmac.new(
+        settings.SECRET_KEY.encode(),
+        f"{request.method} {request.path}\n{body}".encode(),
+        hashlib.sha256,
+    ).hexdigest()
 
 
 def idempotent_write(
@@ -84,17 +93,24 @@ def idempotent_write(
                     "use a new key for a new request",
                     code="idempotency_key_reused",
                 )
+            if record.erased_at is not None:
+                raise Gone(
+                    f"the write answered under {HEADER} {key!r} was erased; it is not "
+                    "replayed and nothing was written. To write it again, use a new key",
+                    code="idempotent_write_erased",
+                )
             response = Response(record.response_body, status=record.response_status)
             response["Idempotent-Replayed"] = "true"
             return response
-        response = write()
+        with appends.collecting() as event_ids:
+            response = write()
         body = (
             json.loads(JSONRenderer().render(response.data)) if response.data is not None else None
         )
         if isinstance(body, dict):
             body.update({name: None for name in secret_fields if name in body})
         IdempotencyRecord.objects.filter(pk=record.pk).update(
-            response_status=response.status_code, response_body=body
+            response_status=response.status_code, response_body=body, event_ids=event_ids
         )
         return response
 
@@ -105,8 +121,8 @@ def _claim(*, agent_id, key: str, fingerprint: str) -> tuple[IdempotencyRecord, 
     table = IdempotencyRecord._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (agent_id, key, request_fingerprint, created_at) "
-            "VALUES (%s, %s, %s, now()) ON CONFLICT (agent_id, key) DO NOTHING RETURNING id",
+            f"INSERT INTO {table} (agent_id, key, request_fingerprint, event_ids, created_at) "
+            "VALUES (%s, %s, %s, '{}', now()) ON CONFLICT (agent_id, key) DO NOTHING RETURNING id",
             [agent_id, key, fingerprint],
         )
         inserted = cursor.fetchone()

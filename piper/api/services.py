@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -21,7 +23,8 @@ def idempotency_records_purge(
 
     Deletes in chunks of ``chunk_size`` rows, each its own short statement, so a
     large backlog never holds long locks. Idempotent: a second run deletes only
-    what has aged past the cutoff since.
+    what has aged past the cutoff since. Records of erased writes are kept: they
+    hold no answer, and a retry of the erased write must still be refused.
     """
     if older_than is None:
         older_than = timedelta(hours=settings.PIPER_IDEMPOTENCY_TTL_HOURS)
@@ -29,7 +32,7 @@ def idempotency_records_purge(
     deleted = 0
     while True:
         ids = list(
-            IdempotencyRecord.objects.filter(created_at__lt=cutoff)
+            IdempotencyRecord.objects.filter(created_at__lt=cutoff, erased_at__isnull=True)
             .order_by("created_at")
             .values_list("pk", flat=True)[:chunk_size]
         )
@@ -39,3 +42,14 @@ def idempotency_records_purge(
         deleted += count
         if len(ids) < chunk_size:
             return deleted
+
+
+def idempotency_records_erase(*, agent_id: uuid.UUID, event_ids: Sequence[uuid.UUID]) -> int:
+    """Drop the stored answers of the agent's writes that appended any of
+    `event_ids`, and mark them erased (a retry then gets 410, never a replay or
+    a new write). Returns how many records it marked; a second call marks none."""
+    if not event_ids:
+        return 0
+    return IdempotencyRecord.objects.filter(
+        agent_id=agent_id, event_ids__overlap=list(event_ids), erased_at__isnull=True
+    ).update(response_body=None, erased_at=timezone.now())

@@ -5,6 +5,7 @@ import time
 import pytest
 from django.db import connection, transaction
 
+from ledger.selectors import PAYLOAD_ALTERED
 from ledger.services import event_append
 from ledger.tasks import verify_chains
 from piper.tasks import ping
@@ -55,14 +56,14 @@ def test_verify_chains_run_by_the_worker_reports_counts_and_the_broken_chain(cel
                 "agent_id": str(broken.pk),
                 "seq": 2,
                 "event_id": str(events[1].pk),
-                "reason": "payload does not match payload_hash (payload altered)",
+                "reason": PAYLOAD_ALTERED[2],
             }
         ],
         "events_by_agent": {"broken": 2, "intact": 3},
     }
     assert (
         f"ERROR ledger.tasks ledger chain broken: agent broken ({broken.pk}), first break at seq 2 "
-        f"(event {events[1].pk}): payload does not match payload_hash (payload altered)"
+        f"(event {events[1].pk}): {PAYLOAD_ALTERED[2]}"
     ) in celery_worker_process.log()
 
 

@@ -2,7 +2,9 @@
 
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 from django.db import OperationalError, connection
@@ -16,6 +18,7 @@ from ledger.models import Event
 from ledger.tests.helpers import error, ledger_state
 from piper.api.idempotency import WRITE_ATTEMPTS, atomic_retrying, idempotent_write
 from piper.api.models import IdempotencyRecord
+from piper.api.services import idempotency_records_erase, idempotency_records_purge
 
 pytestmark = pytest.mark.django_db
 
@@ -36,6 +39,45 @@ def test_retry_replays_the_first_answer_and_writes_nothing(client_a):
     assert ledger_state() == before
     record = IdempotencyRecord.objects.get(agent=client_a.agent, key="retry-1")
     assert (record.response_status, record.response_body) == (201, first.json())
+
+
+def test_the_record_names_the_events_the_write_appended(client_a):
+    body = {"events": [{"event_type": "a.b"}, {"event_type": "a.c"}]}
+    first = post(client_a, body, "names-1")
+    record = IdempotencyRecord.objects.get(agent=client_a.agent, key="names-1")
+    assert record.event_ids == [uuid.UUID(e["id"]) for e in first.json()["events"]]
+
+
+def test_an_erased_write_is_neither_replayed_nor_run_again(client_a):
+    body = {"event_type": "user.said", "payload": {"text": "my new address is 5 Elm Row"}}
+    first = post(client_a, body, "erased-1")
+    event_id = uuid.UUID(first.json()["id"])
+    assert idempotency_records_erase(agent_id=client_a.agent.pk, event_ids=[event_id]) == 1
+    record = IdempotencyRecord.objects.get(agent=client_a.agent, key="erased-1")
+    assert (record.response_body, record.erased_at is not None) == (None, True)
+    before = ledger_state()
+    retry = post(client_a, body, "erased-1")
+    assert (retry.status_code, retry.json()) == (
+        410,
+        error(
+            "idempotent_write_erased",
+            "the write answered under Idempotency-Key 'erased-1' was erased; it is not "
+            "replayed and nothing was written. To write it again, use a new key",
+        ),
+    )
+    assert ledger_state() == before
+    # A second erasure marks nothing more, and the time-to-live purge keeps the mark.
+    assert idempotency_records_erase(agent_id=client_a.agent.pk, event_ids=[event_id]) == 0
+    assert idempotency_records_purge(older_than=timedelta(0)) == 0
+    assert post(client_a, body, "erased-1").status_code == 410
+
+
+def test_erasing_one_agents_events_leaves_another_agents_records(client_a, client_b):
+    first = post(client_a, {"event_type": "a.b"}, "shared-key")
+    post(client_b, {"event_type": "a.b"}, "shared-key")
+    event_id = uuid.UUID(first.json()["id"])
+    assert idempotency_records_erase(agent_id=client_b.agent.pk, event_ids=[event_id]) == 0
+    assert post(client_a, {"event_type": "a.b"}, "shared-key")["Idempotent-Replayed"] == "true"
 
 
 def test_retry_of_a_batch(client_a):
