@@ -198,3 +198,19 @@ def actor_graph_build(*, agent_id: uuid.UUID, actor: str) -> tuple[ActorGraph, f
 def _ddl(template: str, *parts: sql.Composable) -> sql.Composed:
     """DDL with identifiers and literals quoted by psycopg (DDL takes no parameters)."""
     return sql.SQL(template).format(*parts)
+
+
+def actor_graph_drop(*, agent_id: uuid.UUID, actor: str) -> uuid.UUID | None:
+    """Drop the actor's leaf and unregister it (its name is the leaf's partition
+    bound): for an actor whose episodes are all erased. Inside the caller's
+    transaction, under the agent's lock. Returns the graph's id, or None when
+    the actor had none."""
+    graph = ActorGraph.objects.filter(agent_id=agent_id, actor=actor).first()
+    if graph is None:
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {_AGENT_LOCK_SQL}", [agent_id])
+        cursor.execute(_ddl("DROP TABLE IF EXISTS {}", sql.Identifier(graph.table_name)))
+    graph_id = graph.pk
+    graph.delete()
+    return graph_id

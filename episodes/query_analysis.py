@@ -13,7 +13,9 @@ On LoCoMo (docs/benchmarks.md, bench/locomo_explore.py) this is the largest
 single gain for the dense list: MiniLM R@10 0.425 with the names, 0.617 without.
 
 The agent's actors come from one query, cached per process for
-ACTOR_CACHE_SECONDS (a new actor is recognised at the latest that much later).
+ACTOR_CACHE_SECONDS (a new actor is recognised at the latest that much later);
+an erasure of the agent's data drops the entry in every process within
+piper.generations.CHECK_SECONDS.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import uuid
 from dataclasses import dataclass
 
 from django.db import connection
+
+from piper import generations
 
 ACTOR_CACHE_SECONDS = 60.0
 # More distinct actors than this: the agent's actors are not a handful of
@@ -45,6 +49,7 @@ class QueryAnalysis:
 
 def agent_actors(agent_id: uuid.UUID) -> tuple[str, ...]:
     """The agent's distinct non-empty episode actors (at most MAX_ACTORS + 1), cached."""
+    generations.current(agent_id)  # an erasure since drops the entry (forget_agent)
     now = time.monotonic()
     cached = _actor_cache.get(agent_id)
     if cached is not None and now - cached[0] < ACTOR_CACHE_SECONDS:
@@ -66,6 +71,13 @@ def agent_actors(agent_id: uuid.UUID) -> tuple[str, ...]:
 def forget_actors() -> None:
     with _lock:
         _actor_cache.clear()
+
+
+@generations.on_new_generation
+def forget_agent(agent_id: uuid.UUID) -> None:
+    """An erasure of the agent's data: its cached actor names go."""
+    with _lock:
+        _actor_cache.pop(agent_id, None)
 
 
 def _name_forms(actor: str) -> list[str]:

@@ -67,6 +67,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from piper import generations
 from piper.db import server_bound_cursor, vector_param
 from piper.errors import InvalidInput
 from piper.tenancy.models import Agent
@@ -397,6 +398,24 @@ def _agent_rows(table: str, agent: Agent) -> int:
             count = cursor.fetchone()[0]
     _remember_count(_count_cache, key, count)
     return count
+
+
+@generations.on_new_generation
+def forget_agent_counts(agent_id: uuid.UUID) -> None:
+    """An erasure of the agent's data: its cached counts go, and with them the
+    filter values (actor names) their keys hold."""
+    with _cache_lock:
+        for cache in (_count_cache, _filtered_count_cache):
+            for key in [k for k in cache if _names_agent(k, agent_id)]:
+                del cache[key]
+
+
+def _names_agent(key: Any, agent_id: uuid.UUID) -> bool:
+    if key == agent_id or key == str(agent_id):
+        return True
+    if isinstance(key, tuple):
+        return any(_names_agent(part, agent_id) for part in key)
+    return False
 
 
 def forget_statistics() -> None:
@@ -1324,6 +1343,7 @@ def episode_search(
     _check_limit(limit)
     filters = filters or SearchFilters()
     _check_filters(filters)
+    generations.current(agent.pk)  # after an erasure, the cached counts and names go
     if query_embedding is None:
         from piper.embeddings import get_embedder
 

@@ -658,6 +658,7 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
         applied = _episodes_insert_from_events(
             "e.agent_id = %s" if agent else "true", [agent.pk] if agent else []
         )
+        _forget_erased_links(agent_clause, agent_params)
         chunks: list[SourceChunk] = []
         for event in chunk_events.order_by("agent_id", "seq").iterator(chunk_size=REBUILD_BATCH):
             content = (
@@ -665,7 +666,9 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
                 .values_list("content", flat=True)
                 .first()
             )
-            chunks.extend(chunks_from_event(event, content=content or ""))
+            if content is None:  # an erased document: nothing to chunk
+                continue
+            chunks.extend(chunks_from_event(event, content=content))
             applied += 1
             if len(chunks) >= REBUILD_BATCH:
                 SourceChunk.objects.bulk_create(chunks)
@@ -683,6 +686,27 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
         agent_id = agent.pk if agent else None
         transaction.on_commit(lambda: _queue_backlog(agent_id), robust=True)
     return applied
+
+
+def _forget_erased_links(agent_clause: str, agent_params: list) -> None:
+    """After a replay: an episode whose payload names an erased document or an
+    erased episode keeps no link to it — as the erasure left the live rows."""
+    where = f"{agent_clause} AND" if agent_clause else "WHERE"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Episode._meta.db_table} AS t SET source_id = NULL {where} "
+            f"t.source_id IS NOT NULL AND NOT EXISTS "
+            f"(SELECT 1 FROM {Source._meta.db_table} s WHERE s.id = t.source_id)",
+            agent_params,
+        )
+        cursor.execute(
+            f"UPDATE {Episode._meta.db_table} AS t SET related_ids = ARRAY("
+            f"  SELECT r FROM unnest(t.related_ids) AS r WHERE EXISTS "
+            f"  (SELECT 1 FROM {Episode._meta.db_table} o WHERE o.id = r)) {where} "
+            f"t.related_ids <> '{{}}' AND EXISTS (SELECT 1 FROM unnest(t.related_ids) AS r "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {Episode._meta.db_table} o WHERE o.id = r))",
+            agent_params,
+        )
 
 
 def _queue_backlog(agent_id: uuid.UUID | None) -> None:

@@ -941,15 +941,158 @@ def clear(*, agent_id: uuid.UUID | None = None) -> None:
                 cursor.execute(f"DELETE FROM {table} WHERE agent_id = %s", [agent_id])
 
 
+def apply_surviving(event: Event, store: Store) -> Applied | None:
+    """apply(), for a replay after an erasure: an erased event (its payload is
+    gone) is skipped, and so is one acting on a version that only an erased
+    event made — it has nothing left to act on. None when skipped."""
+    if event.redacted_at is not None:
+        return None
+    try:
+        return apply(event, store)
+    except Fact.DoesNotExist:  # raised by _target before anything changed
+        return None
+
+
 def rebuild(*, events: Iterable[Event], agent_id: uuid.UUID | None = None) -> int:
     """Clear the projection and replay `events` (in chain order). Returns events applied."""
     clear(agent_id=agent_id)
     store, count = Store(), 0
     for event in events:
-        if event.event_type in HANDLERS:
-            apply(event, store)
+        if event.event_type in HANDLERS and apply_surviving(event, store) is not None:
             count += 1
             if count % REBUILD_FLUSH_EVERY == 0:
                 store.forget()  # bound memory on a long ledger
     store.flush()
     return count
+
+
+TARGETING = (RETRACTED, CORRECTED, ENDED, CONTEST_RESOLVED)
+
+
+def pair_facts(
+    agent_id: uuid.UUID, pairs: Iterable[tuple[uuid.UUID, uuid.UUID]]
+) -> list[uuid.UUID]:
+    """Every version (believed or not) of the agent's facts about these pairs."""
+    pairs = sorted(set(pairs))
+    if not pairs:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT f.id FROM {Fact._meta.db_table} f "
+            "JOIN unnest(%s::uuid[], %s::uuid[]) AS w(s, p) "
+            "ON f.subject_id = w.s AND f.predicate_id = w.p WHERE f.agent_id = %s",
+            [[s for s, _ in pairs], [p_ for _, p_ in pairs], agent_id],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def events_of_facts(agent_id: uuid.UUID, fact_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+    """The events these versions came from or were acted on by: each version's
+    claim, its evidence, and every retraction, correction, end or contest
+    resolution naming it."""
+    if not fact_ids:
+        return set()
+    ids = set(Fact.objects.filter(pk__in=fact_ids).values_list("source_event_id", flat=True))
+    ids |= set(FactEvidence.objects.filter(fact_id__in=fact_ids).values_list("event_id", flat=True))
+    ids |= set(
+        Event.objects.filter(
+            agent_id=agent_id,
+            event_type__in=TARGETING,
+            payload__fact_id__in=[str(f) for f in fact_ids],
+        ).values_list("id", flat=True)
+    )
+    return ids
+
+
+def replay_pairs(
+    *,
+    agent_id: uuid.UUID,
+    pairs: Iterable[tuple[uuid.UUID, uuid.UUID]],
+    without: Iterable[uuid.UUID] = (),
+) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
+    """Drop every version of these (subject, predicate) pairs and replay, in
+    chain order, the events they came from but those `without` (being erased)
+    or already erased: the pairs are then what a rebuild of the surviving
+    ledger would make of them.
+
+    A pair's versions depend only on its own events, the predicate's
+    definition and the agent's authority order at the time of each event;
+    those are replayed too, into the store only (the rows keep their current
+    definition, as the definitions' own events left them). Returns the ids of
+    the versions dropped and of those made.
+    """
+    pairs = sorted(set(pairs))
+    dropped = pair_facts(agent_id, pairs)
+    event_ids = events_of_facts(agent_id, dropped)
+    predicate_ids = {p_ for _, p_ in pairs}
+    config = Event.objects.filter(agent_id=agent_id, redacted_at__isnull=True).filter(
+        Q(event_type=AUTHORITY_ORDER_SET)
+        | Q(
+            event_type=PREDICATE_DEFINED,
+            payload__predicate_id__in=[str(p_) for p_ in predicate_ids],
+        )
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {FactEvidence._meta.db_table} WHERE fact_id = ANY(%s)", [dropped]
+        )
+        cursor.execute(f"DELETE FROM {Fact._meta.db_table} WHERE id = ANY(%s)", [dropped])
+    store = _ReplayStore(agent_id)
+    events = (
+        Event.objects.filter(
+            Q(pk__in=list(event_ids)) | Q(pk__in=config.values("pk")),
+            agent_id=agent_id,
+            redacted_at__isnull=True,
+        )
+        .exclude(pk__in=list(without))
+        .order_by("seq")
+    )
+    for event in events.iterator(chunk_size=REBUILD_FLUSH_EVERY):
+        if event.event_type == PREDICATE_DEFINED:
+            store.define(event)
+        elif event.event_type == AUTHORITY_ORDER_SET:
+            store.order_from(event)
+        else:
+            apply_surviving(event, store)
+    store.flush()
+    for predicate_id in predicate_ids:
+        predicate = Predicate.objects.filter(pk=predicate_id).only("cardinality").first()
+        if predicate is not None:
+            single = predicate.cardinality == Cardinality.ONE
+            Fact.objects.filter(agent_id=agent_id, predicate_id=predicate_id).exclude(
+                single_valued=single
+            ).update(single_valued=single)
+    return dropped, pair_facts(agent_id, pairs)
+
+
+class _ReplayStore(Store):
+    """A store whose predicates and authority order are those of the moment
+    being replayed, without writing the definitions back. Until the agent's
+    first order event, the default order holds, as it did then."""
+
+    def __init__(self, agent_id: uuid.UUID) -> None:
+        super().__init__()
+        self.orders[agent_id] = AUTHORITY_ORDER
+
+    def define(self, event: Event) -> None:
+        self.forget()  # cached versions carry the old cardinality
+        p_ = event.payload
+        self.predicates[uuid.UUID(p_["predicate_id"])] = Predicate(
+            id=uuid.UUID(p_["predicate_id"]),
+            agent_id=event.agent_id,
+            name=p_["name"],
+            cardinality=p_["cardinality"],
+            value_type=p_["value_type"],
+            volatility_seconds=p_["volatility_seconds"],
+            description=p_["description"],
+        )
+
+    def order_from(self, event: Event) -> None:
+        order = tuple(event.payload["order"])
+        self.orders[event.agent_id] = order + tuple(a for a in AUTHORITY_ORDER if a not in order)
+
+    def forget(self) -> None:
+        # Keep the historical definitions and order across the flush.
+        predicates, orders = self.predicates, self.orders
+        super().forget()
+        self.predicates, self.orders = predicates, orders

@@ -786,8 +786,12 @@ def contest_resolve(
 
 def rebuild_projection(*, agent: Agent | None = None) -> int:
     """Drop the facts projection (one agent's, or all) and replay the ledger in
-    chain order, then re-render the fact texts. Returns the number of events applied."""
-    events = Event.objects.filter(event_type__in=list(p.HANDLERS)).order_by("agent_id", "seq")
+    chain order, then re-render the fact texts. Erased events are skipped, and
+    so is an event acting on a version only an erased event made. Returns the
+    number of events applied."""
+    events = Event.objects.filter(
+        event_type__in=list(p.HANDLERS), redacted_at__isnull=True
+    ).order_by("agent_id", "seq")
     if agent is not None:
         events = events.filter(agent=agent)
     with transaction.atomic():

@@ -199,6 +199,12 @@ def _lock_chain_head(agent: Agent) -> tuple[int, str, datetime]:
         return cursor.fetchone()
 
 
+def chain_lock(*, agent: Agent) -> None:
+    """Hold the agent's chain until the caller's transaction ends: no append of
+    this agent interleaves (an erasure holds it while it removes and purges)."""
+    _lock_chain_head(agent)
+
+
 def events_append(*, agent: Agent, drafts: Sequence[EventDraft]) -> list[Event]:
     """Append drafts to the agent's chain, atomically, in order.
 

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "skills",
     "intentions",
     "piper.recall",
+    "forgetting",
     "battery",
 ]
 

@@ -1,0 +1,243 @@
+"""Erasure in episodic memory: episodes, documents and their chunks (DESIGN §1, §8).
+
+Called by the forgetting app, inside its transaction, with the events being
+erased. A document goes whole: its registration and its chunking are one
+piece of evidence, and a source left without chunks would be chunked again
+by the embedding backlog. Episodes that summarise an erased event go with it.
+Vectors and full-text vectors live in the rows and go with them; the actor
+graphs' copies go by their foreign key.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from django.db import connection
+from django.db.models import Q
+
+from ledger.erasure import ErasureScope
+from ledger.models import Event, Source
+from piper.tenancy.models import Agent
+
+from .actor_graphs import actor_graph_drop
+from .models import ActorGraph, ActorVector, Episode, SourceChunk
+from .services import EPISODE_RECORDED, SOURCE_CHUNKED
+
+EPISODES = "episodes"
+SOURCES = "sources"
+CHUNKS = "source_chunks"
+ACTOR_VECTORS = "episodes.actor_vectors"
+ACTOR_GRAPHS = "episodes.actor_graphs"
+EPISODE_LINKS = "episodes.links"  # surviving episodes whose links to erased rows were cut
+
+
+def events_naming(*, agent: Agent, names: Iterable[str]) -> set[uuid.UUID]:
+    """The recording events of the agent's episodes that name any of `names` as an entity."""
+    lowered = sorted({" ".join(n.split()).lower() for n in names if n.strip()})
+    if not lowered:
+        return set()
+    return set(
+        Episode.objects.filter(agent=agent, entities__overlap=lowered).values_list(
+            "raw_event_id", flat=True
+        )
+    )
+
+
+def events_of_sources(*, agent: Agent, source_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
+    """Every event that made these documents: their registration and chunking."""
+    registered = set(
+        Source.objects.filter(agent=agent, pk__in=list(source_ids)).values_list(
+            "source_event_id", flat=True
+        )
+    )
+    if not registered:
+        return set()
+    chunked = Event.objects.filter(
+        agent=agent, event_type=SOURCE_CHUNKED, parent_event_id__in=registered
+    ).values_list("id", flat=True)
+    return registered | set(chunked)
+
+
+def expand(*, agent: Agent, event_ids: set[uuid.UUID]) -> set[uuid.UUID]:
+    """The events that must go with `event_ids`: whole documents, and the
+    episodes that summarise an erased event (their parent)."""
+    ids = list(event_ids)
+    source_ids = set(
+        Source.objects.filter(agent=agent, source_event_id__in=ids).values_list("pk", flat=True)
+    )
+    for payload in Event.objects.filter(
+        agent=agent, pk__in=ids, event_type=SOURCE_CHUNKED, redacted_at__isnull=True
+    ).values_list("payload", flat=True):
+        source_ids.add(uuid.UUID(payload["source_id"]))
+    more = events_of_sources(agent=agent, source_ids=source_ids)
+    more |= set(
+        Event.objects.filter(
+            agent=agent, event_type=EPISODE_RECORDED, parent_event_id__in=ids
+        ).values_list("id", flat=True)
+    )
+    return more - event_ids
+
+
+def erase(scope: ErasureScope) -> None:
+    """Remove what `scope.event_ids` made here; note every removed id in the scope."""
+    agent, ids = scope.agent, list(scope.event_ids)
+
+    sources = list(
+        Source.objects.filter(agent=agent, source_event_id__in=ids).only("id", "title", "content")
+    )
+    source_ids = [s.pk for s in sources]
+    if sources:
+        for source in sources:
+            scope.add_texts([source.title])
+        chunks = SourceChunk.objects.filter(agent=agent, source_id__in=source_ids)
+        for text, vector in chunks.values_list("text", "embedding")[:200]:
+            scope.add_texts([text])
+            scope.add_vector(SourceChunk._meta.db_table, vector)
+        scope.note_removed(CHUNKS, chunks.order_by("id").values_list("id", flat=True))
+        chunks.delete()
+        linked = Episode.objects.filter(agent=agent, source_id__in=source_ids)
+        scope.note_removed(EPISODE_LINKS, linked.values_list("id", flat=True))
+        linked.update(source=None)
+        scope.note_removed(SOURCES, source_ids)
+        Source.objects.filter(pk__in=source_ids).delete()
+
+    episodes = Episode.objects.filter(agent=agent, raw_event_id__in=ids)
+    erased = list(episodes.order_by("id").values_list("id", flat=True))
+    if erased:
+        for summary, action, observation, vector in episodes.values_list(
+            "summary", "action", "observation", "embedding"
+        )[:200]:
+            scope.add_texts([summary, action, observation])
+            scope.add_vector(Episode._meta.db_table, vector)
+        actors = set(episodes.exclude(actor="").values_list("actor", flat=True).distinct())
+        scope.note_removed(EPISODES, erased)
+        episodes.delete()
+        # An actor whose every episode went loses its own graph (its leaf is
+        # named by the actor in the catalog).
+        for actor in actors:
+            if Episode.objects.filter(agent=agent, actor=actor).exists():
+                continue
+            if (dropped := actor_graph_drop(agent_id=agent.pk, actor=actor)) is not None:
+                scope.note_removed(ACTOR_GRAPHS, [dropped])
+        # Surviving episodes that pointed at an erased one forget the link.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Episode._meta.db_table} SET related_ids = ARRAY("
+                "  SELECT r FROM unnest(related_ids) AS r WHERE r <> ALL(%s::uuid[]))"
+                " WHERE agent_id = %s AND related_ids && %s::uuid[] RETURNING id",
+                [erased, agent.pk, erased],
+            )
+            scope.note_removed(EPISODE_LINKS, [row[0] for row in cursor.fetchall()])
+
+
+def residue(scope: ErasureScope) -> list[dict]:
+    """What of the erased material is still here: rows made from an erased event,
+    links to an erased row, copies of an erased row's vector. Erased words or
+    vectors found in a row made from surviving evidence are that evidence's
+    own: counted as 'kept_elsewhere', not as residue."""
+    agent, ids = scope.agent, list(scope.event_ids)
+    erased_episodes = scope.removed_ids(EPISODES)
+    erased_sources = scope.removed_ids(SOURCES)
+    findings = [
+        _finding(
+            EPISODES,
+            "made_from_erased_event",
+            Episode.objects.filter(agent=agent, raw_event_id__in=ids),
+        ),
+        _finding(
+            SOURCES,
+            "made_from_erased_event",
+            Source.objects.filter(agent=agent, source_event_id__in=ids),
+        ),
+        _finding(
+            CHUNKS,
+            "of_erased_source",
+            SourceChunk.objects.filter(agent=agent, source_id__in=erased_sources),
+        ),
+        _finding(
+            EPISODES,
+            "links_to_erased_row",
+            Episode.objects.filter(agent=agent).filter(
+                Q(related_ids__overlap=erased_episodes) | Q(source_id__in=erased_sources)
+            ),
+        ),
+        _finding(
+            ACTOR_GRAPHS,
+            "of_erased_actor",
+            ActorGraph.objects.filter(pk__in=scope.removed_ids(ACTOR_GRAPHS)),
+        ),
+        _finding(
+            ACTOR_VECTORS,
+            "copy_of_erased_row",
+            ActorVector.objects.filter(agent_id=agent.pk, episode_id__in=erased_episodes),
+        ),
+    ]
+    for model in (Episode, SourceChunk):
+        table = model._meta.db_table
+        same = _same_vectors(agent, table, [v for t, v in scope.vectors if t == table])
+        if model is Episode:
+            live = set(
+                Episode.objects.filter(pk__in=same, raw_event__redacted_at__isnull=True)
+                .exclude(raw_event_id__in=ids)
+                .values_list("pk", flat=True)
+            )
+        else:
+            live = set(
+                SourceChunk.objects.filter(pk__in=same)
+                .exclude(source_id__in=erased_sources)
+                .values_list("pk", flat=True)
+            )
+        left = [pk for pk in same if pk not in live]
+        findings.append(
+            {
+                "projection": EPISODES if model is Episode else CHUNKS,
+                "check": "erased_vector",
+                "found": len(left),
+                "sample": [str(pk) for pk in left[:10]],
+                "kept_elsewhere": len(live),
+            }
+        )
+    findings.append(_words_finding(scope))
+    return findings
+
+
+def _finding(projection: str, check: str, qs) -> dict:
+    sample = [str(pk) for pk in qs.values_list("pk", flat=True)[:10]]
+    found = len(sample) if len(sample) < 10 else qs.count()
+    return {"projection": projection, "check": check, "found": found, "sample": sample}
+
+
+def _same_vectors(agent: Agent, table: str, vectors: list[list[float]]) -> list[uuid.UUID]:
+    """Rows of the agent's in `table` whose vector equals one of `vectors`: the
+    nearest neighbours through the vector index, kept when at distance ~0."""
+    found: list[uuid.UUID] = []
+    for vector in vectors:
+        literal = "[" + ",".join(repr(x) for x in vector) + "]"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM (SELECT id, embedding <=> %s::vector AS d FROM {table} "
+                "WHERE agent_id = %s AND embedding IS NOT NULL ORDER BY embedding <=> %s::vector "
+                "LIMIT 5) near WHERE d < 1e-6",
+                [literal, agent.pk, literal],
+            )
+            found.extend(row[0] for row in cursor.fetchall() if row[0] not in found)
+    return found
+
+
+def _words_finding(scope: ErasureScope) -> dict:
+    """Erased words in the agent's episodes (full-text index, then the exact
+    string). A row made from an erased event is residue (the check above
+    counts it); any other row holds them as its own evidence."""
+    kept = 0
+    for probe in scope.text_probes():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM {Episode._meta.db_table} "
+                "WHERE agent_id = %s AND search_vector @@ phraseto_tsquery('english', %s) "
+                "AND strpos(summary || ' ' || action || ' ' || observation, %s) > 0 "
+                "LIMIT 100) hits",
+                [scope.agent.pk, probe, probe],
+            )
+            kept += cursor.fetchone()[0]
+    return {"projection": EPISODES, "check": "erased_words", "found": 0, "kept_elsewhere": kept}

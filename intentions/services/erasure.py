@@ -1,0 +1,238 @@
+"""Erasure in prospective memory and working state.
+
+Called by the forgetting app, inside its transaction, after the memory apps
+below have erased their rows (the scope holds the erased words). Two things:
+
+* Rows made by an erased event go: an intention (with its firings, history,
+  dependencies, pending items and webhook messages), a working-state version
+  (the thread then stands at its latest surviving version), a handover.
+* Surviving rows that *quote* erased words keep everything else: the quote
+  becomes "[erased]", a ledger event holds the scrubbed copy, the row points
+  at it, and the quoting event is erased too — so the ledger holds no copy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from django.db.models import Max, Q, TextField
+from django.db.models.functions import Cast
+
+from ledger.erasure import ErasureScope, allow_erasure_in_this_transaction
+from ledger.services import event_append
+from piper.provenance import SourceType
+
+from ..models import Handover, Intention, OutboxMessage, Thread, Transition, WorkingState
+
+INTENTIONS = "intentions"
+WORKING_STATES = "working_states"
+HANDOVERS = "handovers"
+OUTBOX = "webhook_messages"
+SCRUBBED_STATES = "working_states.scrubbed"
+SCRUBBED_INTENTIONS = "intentions.scrubbed"
+ERASED = "[erased]"
+STATE_SCRUBBED = "working_state.scrubbed"
+INTENTION_SCRUBBED = "intention.scrubbed"
+SCRUBBED_FIELDS = ("description", "completion_criteria", "required_context", "trigger_spec")
+
+
+def erase(scope: ErasureScope) -> None:
+    agent, ids = scope.agent, list(scope.event_ids)
+    allow_erasure_in_this_transaction()
+
+    intentions = Intention.objects.filter(agent=agent, source_event_id__in=ids)
+    for description, criteria in intentions.values_list("description", "completion_criteria"):
+        scope.add_texts([description, criteria])
+    erased_intentions = [str(i) for i in intentions.values_list("id", flat=True)]
+    outbox = OutboxMessage.objects.filter(agent=agent, firing__intention_id__in=erased_intentions)
+    scope.note_removed(OUTBOX, outbox.values_list("id", flat=True))
+    outbox.delete()
+    scope.note_removed(INTENTIONS, erased_intentions)
+    intentions.delete()  # firings, transitions, dependencies, pending items: CASCADE
+    # History rows of surviving intentions whose own event is erased.
+    Transition.objects.filter(intention__agent=agent, event_id__in=ids).delete()
+
+    states = WorkingState.objects.filter(agent=agent, source_event_id__in=ids)
+    threads = set(states.values_list("thread_id", flat=True))
+    for state in states.values_list("state", flat=True):
+        scope.add_texts(_strings(state))
+    scope.note_removed(WORKING_STATES, states.values_list("id", flat=True))
+    states.delete()
+    for thread_id in threads:
+        latest = WorkingState.objects.filter(thread_id=thread_id).aggregate(v=Max("version"))["v"]
+        Thread.objects.filter(pk=thread_id).update(current_version=latest or 0)
+
+    handovers = Handover.objects.filter(agent=agent, succession_event_id__in=ids)
+    scope.add_texts(handovers.values_list("note", flat=True))
+    scope.note_removed(HANDOVERS, handovers.values_list("id", flat=True))
+    handovers.delete()
+
+    _scrub_quotes(scope)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _scrubbed(value: Any, probes: list[str]) -> Any:
+    if isinstance(value, str):
+        for probe in probes:
+            value = re.sub(re.escape(probe), ERASED, value, flags=re.IGNORECASE)
+        return value
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, probes) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(v, probes) for v in value]
+    return value
+
+
+def _with_text(qs, *fields: str):
+    """`qs` with each JSON field also as text (`<field>_text`), to search for words."""
+    return qs.annotate(**{f"{name}_text": Cast(name, TextField()) for name in fields})
+
+
+def _quoting(qs, columns: tuple[str, ...], probes: list[str]):
+    """Rows of `qs` whose text columns (JSON as text) hold one of `probes`."""
+    condition = Q()
+    for probe in probes:
+        for column in columns:
+            condition |= Q(**{f"{column}__icontains": probe})
+    return qs.filter(condition) if probes else qs.none()
+
+
+def _scrub_quotes(scope: ErasureScope) -> None:
+    agent, probes = scope.agent, scope.text_probes()
+    if not probes:
+        return
+    for state in _quoting(
+        _with_text(WorkingState.objects.filter(agent=agent), "state"), ("state_text",), probes
+    ):
+        clean = _scrubbed(state.state, probes)
+        if clean == state.state:
+            continue  # matched JSON escaping, not a quote
+        event = event_append(
+            agent=agent,
+            event_type=STATE_SCRUBBED,
+            payload={
+                "thread_id": str(state.thread_id),
+                "version": state.version,
+                "state": clean,
+                "replaces_event_id": str(state.source_event_id),
+            },
+            session_id=state.session_id,
+            source_type=SourceType.OPERATOR,
+        )
+        scope.own_event_ids.add(event.pk)
+        scope.event_ids.add(state.source_event_id)
+        WorkingState.objects.filter(pk=state.pk).update(
+            state=clean,
+            size_bytes=len(json.dumps(clean, separators=(",", ":"), ensure_ascii=False).encode()),
+            source_event=event,
+        )
+        scope.note_removed(SCRUBBED_STATES, [state.pk])
+    for intention in _quoting(
+        _with_text(Intention.objects.filter(agent=agent), "required_context", "trigger_spec"),
+        ("description", "completion_criteria", "required_context_text", "trigger_spec_text"),
+        probes,
+    ):
+        fields = {name: getattr(intention, name) for name in SCRUBBED_FIELDS}
+        clean = {name: _scrubbed(value, probes) for name, value in fields.items()}
+        if clean == fields:
+            continue
+        event = event_append(
+            agent=agent,
+            event_type=INTENTION_SCRUBBED,
+            payload={
+                "intention_id": str(intention.pk),
+                **clean,
+                "replaces_event_id": str(intention.source_event_id),
+            },
+            source_type=SourceType.OPERATOR,
+        )
+        scope.own_event_ids.add(event.pk)
+        scope.event_ids.add(intention.source_event_id)
+        Intention.objects.filter(pk=intention.pk).update(**clean, source_event=event)
+        for message in OutboxMessage.objects.filter(firing__intention=intention):
+            OutboxMessage.objects.filter(pk=message.pk).update(
+                payload=_scrubbed(message.payload, probes)
+            )
+        scope.note_removed(SCRUBBED_INTENTIONS, [intention.pk])
+
+
+def residue(scope: ErasureScope) -> list[dict]:
+    agent, ids = scope.agent, list(scope.event_ids - scope.own_event_ids)
+    probes = scope.text_probes()
+    findings = [
+        _finding(
+            INTENTIONS,
+            "made_from_erased_event",
+            Intention.objects.filter(agent=agent, source_event_id__in=ids),
+        ),
+        _finding(
+            WORKING_STATES,
+            "made_from_erased_event",
+            WorkingState.objects.filter(agent=agent, source_event_id__in=ids),
+        ),
+        _finding(
+            HANDOVERS,
+            "made_from_erased_event",
+            Handover.objects.filter(agent=agent, succession_event_id__in=ids),
+        ),
+    ]
+    findings.append(
+        {
+            **_finding(
+                WORKING_STATES,
+                "erased_words",
+                _quoting(
+                    _with_text(WorkingState.objects.filter(agent=agent), "state"),
+                    ("state_text",),
+                    probes,
+                ),
+            ),
+        }
+    )
+    findings.append(
+        _finding(
+            INTENTIONS,
+            "erased_words",
+            _quoting(
+                _with_text(
+                    Intention.objects.filter(agent=agent), "required_context", "trigger_spec"
+                ),
+                (
+                    "description",
+                    "completion_criteria",
+                    "required_context_text",
+                    "trigger_spec_text",
+                ),
+                probes,
+            ),
+        )
+    )
+    findings.append(
+        _finding(
+            OUTBOX,
+            "erased_words",
+            _quoting(
+                _with_text(OutboxMessage.objects.filter(agent=agent), "payload"),
+                ("payload_text",),
+                probes,
+            ),
+        )
+    )
+    return findings
+
+
+def _finding(projection: str, check: str, qs) -> dict:
+    sample = [str(pk) for pk in qs.values_list("pk", flat=True)[:10]]
+    found = len(sample) if len(sample) < 10 else qs.count()
+    return {"projection": projection, "check": check, "found": found, "sample": sample}

@@ -1,0 +1,146 @@
+"""Erasure in procedural memory: skills, their versions, runs and provenance.
+
+Called by the forgetting app, inside its transaction, after episodic memory
+has erased its rows (the episode ids it removed are in the scope). A version,
+validation or execution made by an erased event goes, with what hangs off it;
+a surviving version loses the erased events and episodes from its provenance.
+The history guards (migration 0006) allow this only while the erasure's
+transaction-local setting is on.
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.db.models import Q
+
+from ledger.erasure import ErasureScope, allow_erasure_in_this_transaction
+
+from ..models import (
+    Execution,
+    Skill,
+    SkillVersion,
+    Validation,
+    ValidationCase,
+    VersionProvenance,
+    VersionTransition,
+)
+
+SKILLS = "skills"
+VERSIONS = "skill_versions"
+VALIDATIONS = "skill_validations"
+EXECUTIONS = "skill_executions"
+PROVENANCE = "skill_provenance"  # links from surviving versions to erased evidence
+EPISODES = "episodes"  # the episodic eraser's name for the episodes it removed
+
+
+def erase(scope: ErasureScope) -> None:
+    agent, ids = scope.agent, list(scope.event_ids)
+    erased_episodes = [str(e) for e in scope.removed_ids(EPISODES)]
+    skills = Skill.objects.filter(agent=agent, source_event_id__in=ids)
+    versions = SkillVersion.objects.filter(agent=agent).filter(
+        Q(source_event_id__in=ids) | Q(skill__in=skills)
+    )
+    version_ids = list(versions.values_list("id", flat=True))
+    validations = Validation.objects.filter(agent=agent).filter(
+        Q(version_id__in=version_ids) | Q(source_event_id__in=ids) | Q(finish_event_id__in=ids)
+    )
+    executions = Execution.objects.filter(agent=agent).filter(
+        Q(version_id__in=version_ids) | Q(source_event_id__in=ids) | Q(finish_event_id__in=ids)
+    )
+    provenance = VersionProvenance.objects.filter(agent=agent).filter(
+        Q(version_id__in=version_ids) | Q(event_id__in=ids)
+    )
+    quoting = SkillVersion.objects.none()
+    if erased_episodes:
+        quoting = (
+            SkillVersion.objects.filter(agent=agent)
+            .exclude(pk__in=version_ids)
+            .filter(provenance_episodes__has_any_keys=erased_episodes)
+        )
+    superseding = SkillVersion.objects.filter(agent=agent, supersedes_id__in=version_ids).exclude(
+        pk__in=version_ids
+    )
+    if not (
+        version_ids
+        or validations.exists()
+        or executions.exists()
+        or provenance.exists()
+        or quoting.exists()
+    ):
+        return
+    allow_erasure_in_this_transaction()
+
+    for purpose, procedure, vector in versions.values_list(
+        "purpose", "procedure", "intent_embedding"
+    ):
+        scope.add_texts([purpose, procedure])
+        scope.add_vector(SkillVersion._meta.db_table, vector)
+    for task, stdout in executions.values_list("task", "stdout")[:200]:
+        scope.add_texts([task, stdout])
+
+    ValidationCase.objects.filter(validation__in=validations).delete()
+    scope.note_removed(VALIDATIONS, validations.values_list("id", flat=True))
+    validations.delete()
+    scope.note_removed(EXECUTIONS, executions.values_list("id", flat=True))
+    executions.delete()
+    scope.note_removed(PROVENANCE, provenance.filter(event_id__in=ids).values_list("id", flat=True))
+    provenance.delete()
+    # Surviving versions keep their other provenance, and lose links to what went.
+    cut = list(quoting.values_list("id", "provenance_episodes"))
+    for version_id, episodes in cut:
+        SkillVersion.objects.filter(pk=version_id).update(
+            provenance_episodes=[e for e in episodes if e not in set(erased_episodes)]
+        )
+    scope.note_removed(PROVENANCE, [f"{v}:episodes" for v, _ in cut])
+    superseding.update(supersedes=None)
+    if version_ids:
+        VersionTransition.objects.filter(version_id__in=version_ids).delete()
+        with connection.cursor() as cursor:
+            # Versions of one skill may supersede each other: one statement.
+            cursor.execute(
+                f"DELETE FROM {SkillVersion._meta.db_table} WHERE id = ANY(%s)", [version_ids]
+            )
+        scope.note_removed(VERSIONS, version_ids)
+    gone = list(skills.values_list("id", flat=True))
+    scope.note_removed(SKILLS, gone)
+    Skill.objects.filter(pk__in=gone).delete()
+
+
+def residue(scope: ErasureScope) -> list[dict]:
+    agent, ids = scope.agent, list(scope.event_ids)
+    erased_episodes = [str(e) for e in scope.removed_ids(EPISODES)]
+    findings = [
+        _finding(SKILLS, Skill.objects.filter(agent=agent, source_event_id__in=ids)),
+        _finding(VERSIONS, SkillVersion.objects.filter(agent=agent, source_event_id__in=ids)),
+        _finding(
+            VALIDATIONS,
+            Validation.objects.filter(agent=agent).filter(
+                Q(source_event_id__in=ids) | Q(finish_event_id__in=ids)
+            ),
+        ),
+        _finding(
+            EXECUTIONS,
+            Execution.objects.filter(agent=agent).filter(
+                Q(source_event_id__in=ids) | Q(finish_event_id__in=ids)
+            ),
+        ),
+        _finding(PROVENANCE, VersionProvenance.objects.filter(agent=agent, event_id__in=ids)),
+    ]
+    links = (
+        SkillVersion.objects.filter(agent=agent, provenance_episodes__has_any_keys=erased_episodes)
+        if erased_episodes
+        else SkillVersion.objects.none()
+    )
+    findings.append({**_finding(PROVENANCE, links), "check": "links_to_erased_row"})
+    return findings
+
+
+def _finding(projection: str, qs) -> dict:
+    sample = [str(pk) for pk in qs.values_list("pk", flat=True)[:10]]
+    found = len(sample) if len(sample) < 10 else qs.count()
+    return {
+        "projection": projection,
+        "check": "made_from_erased_event",
+        "found": found,
+        "sample": sample,
+    }
