@@ -139,19 +139,19 @@ def erase(scope: ErasureScope) -> None:
     # The erased words, before they go: values, names, predicate texts.
     for event in events:
         payload = event.payload
-        scope.add_texts(
-            [
-                v
-                for v in (
-                    payload.get("value"),
-                    payload.get("name"),
-                    payload.get("alias"),
-                    payload.get("description"),
-                    *payload.get("aliases", []),
-                )
-                if isinstance(v, str)
-            ]
-        )
+        words = [
+            v
+            for v in (
+                payload.get("value"),
+                payload.get("name"),
+                payload.get("alias"),
+                payload.get("description"),
+                *payload.get("aliases", []),
+            )
+            if isinstance(v, str)
+        ]
+        scope.add_texts(words)
+        scope.values.update(w.strip() for w in words if len(w.strip()) >= 2)
     for vector in FactText.objects.filter(
         agent=agent, subject_id__in={s for s, _ in pairs}, embedding__isnull=False
     ).values_list("embedding", flat=True)[:20]:
@@ -287,7 +287,7 @@ def residue(scope: ErasureScope) -> list[dict]:
     # A rendered text holds the names and believed values of its pair: an
     # erased string there is residue unless a surviving fact or name holds it.
     stale: list[str] = []
-    for probe in scope.text_probes():
+    for probe in sorted(set(scope.text_probes()) | scope.values):
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT id, subject_id, predicate_id FROM {FactText._meta.db_table} "
@@ -296,7 +296,11 @@ def residue(scope: ErasureScope) -> list[dict]:
                 [agent.pk, probe, probe],
             )
             hits = cursor.fetchall()
-        stale += [str(t) for t, s, pr in hits if not _justified(agent, s, pr, probe)]
+        stale += [
+            str(t)
+            for t, s, pr in hits
+            if str(t) not in stale and not _justified(agent, s, pr, probe)
+        ]
     findings.append(
         {
             "projection": FACT_TEXTS,

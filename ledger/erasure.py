@@ -49,6 +49,9 @@ class ErasureScope:
     # The actors of the erased events, when no surviving event names them (a
     # name is too short to be a text probe, and caches and filters hold names).
     actors: set[str] = field(default_factory=set)
+    # Erased fact values and names, however short ('Porto'): searched only where
+    # they are rendered (fact texts), where surviving facts can vouch for them.
+    values: set[str] = field(default_factory=set)
 
     def note_removed(self, projection: str, ids: Iterable[Any]) -> int:
         ids = list(ids)

@@ -188,7 +188,7 @@ def events_selected(*, agent: Agent, selector: Selector) -> set[uuid.UUID]:
     return set(events.values_list("pk", flat=True))
 
 
-def _with_dependents(agent: Agent, event_ids: set[uuid.UUID]) -> set[uuid.UUID]:
+def with_dependents(agent: Agent, event_ids: set[uuid.UUID]) -> set[uuid.UUID]:
     """`event_ids` and every event that cannot outlive them, to a fixed point:
     what the memory apps say must go along, and corrections of an erased event."""
     erased = set(event_ids)
@@ -223,9 +223,11 @@ def erasure_run(
     legal_hold_lifted: str = "",
     dry_run: bool = False,
     event_ids: Sequence[uuid.UUID] | None = None,
+    described_as: dict | None = None,
 ) -> ErasureResult:
     """Erase what `selector` names (or exactly `event_ids`, for the retention
-    sweep), with everything made from it, and return the receipt.
+    sweep, which `described_as` says how it chose), with everything made from
+    it, and return the receipt.
 
     Bad input raises InvalidInput (400: no criterion, an empty window, no
     reason) or NotFound (404: another agent's or an unknown event, source or
@@ -255,6 +257,7 @@ def erasure_run(
                 legal_hold_lifted=legal_hold_lifted,
                 dry_run=dry_run,
                 event_ids=event_ids,
+                described_as=described_as,
                 started=started,
             )
     except _DryRun as dry:
@@ -279,13 +282,14 @@ def _erase(
     legal_hold_lifted: str,
     dry_run: bool,
     event_ids: Sequence[uuid.UUID] | None,
+    described_as: dict | None,
     started: float,
 ) -> ErasureResult:
     chain_lock(agent=agent)
     chosen = (
         set(event_ids) if event_ids is not None else events_selected(agent=agent, selector=selector)
     )
-    erased = _with_dependents(agent, chosen)
+    erased = with_dependents(agent, chosen)
     held = Event.objects.filter(
         agent=agent, pk__in=list(erased), retention_class=RetentionClass.PERMANENT
     )
@@ -340,7 +344,9 @@ def _erase(
         agent_ref=agent.pk,
         agent_name=agent.name,
         kind=kind,
-        selector=selector.as_dict() if event_ids is None else {"event_ids": len(event_ids)},
+        selector=selector.as_dict()
+        if event_ids is None
+        else (described_as or {"events": len(event_ids)}),
         reason=reason,
         requested_by=requested_by,
         legal_hold_lifted=legal_hold_lifted,
@@ -355,6 +361,10 @@ def _erase(
         duration_ms=(time.perf_counter() - started) * 1000,
     )
     result.scope = scope
+    # Now, so this process's residue check sees clean caches; and again after
+    # commit, in case another process refilled its cache meanwhile from the
+    # state before the erasure.
+    caches.erased(agent_id=agent.pk)
     transaction.on_commit(lambda: caches.erased(agent_id=agent.pk))
     return result
 

@@ -180,6 +180,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
+# --------------------------------------------------------------------- forgetting
+# The retention sweep erases at most this many expired events per erasure
+# (one receipt each), and runs for at most this long before re-queuing itself.
+FORGETTING_SWEEP_CHUNK = env_int("FORGETTING_SWEEP_CHUNK", 1000)
+FORGETTING_SWEEP_BUDGET_SECONDS = env_float("FORGETTING_SWEEP_BUDGET_SECONDS", 60.0)
+
 # --------------------------------------------------------------------- intentions
 
 # How often celery-beat runs the trigger engine (time, expiry, state, catch-up).

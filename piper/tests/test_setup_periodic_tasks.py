@@ -39,6 +39,7 @@ def test_creates_the_periodic_tasks():
         "created    piper:intentions-webhook-retries\n"
         "created    piper:skills-review-validated\n"
         "created    piper:episodes-embed-backlog\n"
+        "created    piper:forgetting-retention-sweep\n"
         "created    piper:episodes-agent-graphs\n"
     )
     assert summary() == [
@@ -56,6 +57,13 @@ def test_creates_the_periodic_tasks():
             "every 60 seconds",
             True,
             60,
+        ),
+        (
+            "piper:forgetting-retention-sweep",
+            "forgetting.retention_sweep",
+            "*/15 * * * * (m/h/dM/MY/d) UTC",
+            True,
+            900,
         ),
         ("piper:intentions-engine", "intentions.engine_cycle", "every 5 seconds", True, 10),
         (
@@ -110,6 +118,7 @@ def test_running_twice_leaves_exactly_the_same_rows():
         "unchanged  piper:intentions-webhook-retries\n"
         "unchanged  piper:skills-review-validated\n"
         "unchanged  piper:episodes-embed-backlog\n"
+        "unchanged  piper:forgetting-retention-sweep\n"
         "unchanged  piper:episodes-agent-graphs\n"
     )
     assert rows() == first
@@ -117,7 +126,7 @@ def test_running_twice_leaves_exactly_the_same_rows():
         list(IntervalSchedule.objects.values()),
         list(CrontabSchedule.objects.values()),
     ) == schedules
-    assert len(schedules[0]) == 4 and len(schedules[1]) == 4
+    assert len(schedules[0]) == 4 and len(schedules[1]) == 5
 
 
 def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
@@ -138,6 +147,7 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
         "unchanged  piper:intentions-webhook-retries\n"
         "unchanged  piper:skills-review-validated\n"
         "unchanged  piper:episodes-embed-backlog\n"
+        "unchanged  piper:forgetting-retention-sweep\n"
         "unchanged  piper:episodes-agent-graphs\n"
         "disabled   piper:retired-job\n"
     )
@@ -146,6 +156,7 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
         ("piper:beat-heartbeat", True),
         ("piper:episodes-agent-graphs", True),
         ("piper:episodes-embed-backlog", True),
+        ("piper:forgetting-retention-sweep", True),
         ("piper:intentions-engine", True),
         ("piper:intentions-rehearse", True),
         ("piper:intentions-webhook-retries", True),

@@ -7,6 +7,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from episodes import selectors, services
+from piper.progress import progress_bar as _progress
 from piper.tenancy.commands import agent_named
 from piper.tenancy.models import Agent
 
@@ -81,41 +82,3 @@ def _embed_agent(*, kind, agent, embedder, stale_model, batch_size, bar) -> int:
         written += embed(**{id_arg: ids}, embedder=embedder, reembed_stale=stale_model is not None)
         bar.update(len(ids))
         after = ids[-1]
-
-
-class _PlainBar:
-    """A progress line for when tqdm is not installed."""
-
-    def __init__(self, total: int, name: str, out) -> None:
-        self.total, self.name, self.out, self.done = total, name, out, 0
-
-    def update(self, n: int) -> None:
-        self.done += n
-        self.out.write(f"\r{self.name}: {self.done}/{self.total}", ending="")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.out.write("")
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-
-def _progress(total: int, name: str, *, disabled: bool, out):
-    if disabled:
-        return _NoBar()
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return _PlainBar(total, name, out)
-    return tqdm(total=total, desc=name, unit="row", file=out._out, dynamic_ncols=True)

@@ -103,6 +103,14 @@ PERIODIC_TASKS: tuple[Periodic, ...] = (
         expire_seconds=60,
     ),
     Periodic(
+        name=PREFIX + "forgetting-retention-sweep",
+        task="forgetting.retention_sweep",
+        schedule=Cron(minute="*/15"),
+        description="Every 15 minutes: erases the events each agent's retention policies let "
+        "expire, in chunks with a receipt each; re-queues itself while any are left.",
+        expire_seconds=900,
+    ),
+    Periodic(
         name=PREFIX + "episodes-agent-graphs",
         task="episodes.build_agent_graphs",
         schedule=Cron(minute="43"),
