@@ -32,15 +32,16 @@ from .taxonomy import FailureCode
 if TYPE_CHECKING:
     from .runner import ItemContext
 
-# DESIGN.md §9: A15 B15 C20 D20 E20, F+G 10 split evenly. L is an integrity
-# gate, not behaviour, so it carries no weight.
+# DESIGN.md §9: A15 B15 C20 D20 E20 F10 (issue 21 gives F its 10); G, the
+# metamemory suite added beside them, 5. L is an integrity gate, not
+# behaviour, so it carries no weight.
 DESIGN_WEIGHTS: dict[str, float] = {
     "A": 15,
     "B": 15,
     "C": 20,
     "D": 20,
     "E": 20,
-    "F": 5,
+    "F": 10,
     "G": 5,
     "L": 0,
 }
