@@ -14,9 +14,8 @@ import uuid
 from collections.abc import Iterable
 
 from django.db import connection
-from django.db.models import Q
 
-from ledger.erasure import ErasureScope
+from ledger.erasure import ErasureScope, finding
 from ledger.models import Event, Source
 from piper.tenancy.models import Agent
 
@@ -47,15 +46,19 @@ def events_naming(*, agent: Agent, names: Iterable[str]) -> set[uuid.UUID]:
 def events_of_sources(*, agent: Agent, source_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
     """Every event that made these documents: their registration and chunking."""
     registered = set(
-        Source.objects.filter(agent=agent, pk__in=list(source_ids)).values_list(
+        Source.objects.filter(agent=agent, pk__any=list(source_ids)).values_list(
             "source_event_id", flat=True
         )
     )
     if not registered:
         return set()
-    chunked = Event.objects.filter(
-        agent=agent, event_type=SOURCE_CHUNKED, parent_event_id__in=registered
-    ).values_list("id", flat=True)
+    chunked = (
+        Event.objects.filter(
+            agent=agent, event_type=SOURCE_CHUNKED, parent_event_id__any=registered
+        )
+        .order_by()
+        .values_list("id", flat=True)
+    )
     return registered | set(chunked)
 
 
@@ -64,45 +67,51 @@ def expand(*, agent: Agent, event_ids: set[uuid.UUID]) -> set[uuid.UUID]:
     episodes that summarise an erased event (their parent)."""
     ids = list(event_ids)
     source_ids = set(
-        Source.objects.filter(agent=agent, source_event_id__in=ids).values_list("pk", flat=True)
+        Source.objects.filter(agent=agent, source_event_id__any=ids).values_list("pk", flat=True)
     )
-    for payload in Event.objects.filter(
-        agent=agent, pk__in=ids, event_type=SOURCE_CHUNKED, redacted_at__isnull=True
-    ).values_list("payload", flat=True):
+    for payload in (
+        Event.objects.filter(
+            agent=agent, pk__any=ids, event_type=SOURCE_CHUNKED, redacted_at__isnull=True
+        )
+        .order_by()
+        .values_list("payload", flat=True)
+    ):
         source_ids.add(uuid.UUID(payload["source_id"]))
     more = events_of_sources(agent=agent, source_ids=source_ids)
     more |= set(
-        Event.objects.filter(
-            agent=agent, event_type=EPISODE_RECORDED, parent_event_id__in=ids
-        ).values_list("id", flat=True)
+        Event.objects.filter(agent=agent, event_type=EPISODE_RECORDED, parent_event_id__any=ids)
+        .order_by()
+        .values_list("id", flat=True)
     )
     return more - event_ids
 
 
 def erase(scope: ErasureScope) -> None:
     """Remove what `scope.event_ids` made here; note every removed id in the scope."""
-    agent, ids = scope.agent, list(scope.event_ids)
+    agent, erased = scope.agent, scope.erased_events()
 
     sources = list(
-        Source.objects.filter(agent=agent, source_event_id__in=ids).only("id", "title", "content")
+        Source.objects.filter(agent=agent, source_event_id__in=erased).only(
+            "id", "title", "content"
+        )
     )
     source_ids = [s.pk for s in sources]
     if sources:
         for source in sources:
             scope.add_texts([source.title])
-        chunks = SourceChunk.objects.filter(agent=agent, source_id__in=source_ids)
+        chunks = SourceChunk.objects.filter(agent=agent, source_id__any=source_ids)
         for text, vector in chunks.values_list("text", "embedding")[:200]:
             scope.add_texts([text])
             scope.add_vector(SourceChunk._meta.db_table, vector)
         scope.note_removed(CHUNKS, chunks.order_by("id").values_list("id", flat=True))
-        chunks.delete()
-        linked = Episode.objects.filter(agent=agent, source_id__in=source_ids)
+        _delete(SourceChunk, scope.removed_ids(CHUNKS))
+        linked = Episode.objects.filter(agent=agent, source_id__any=source_ids)
         scope.note_removed(EPISODE_LINKS, linked.values_list("id", flat=True))
         linked.update(source=None)
         scope.note_removed(SOURCES, source_ids)
-        Source.objects.filter(pk__in=source_ids).delete()
+        Source.objects.filter(pk__any=source_ids).delete()
 
-    episodes = Episode.objects.filter(agent=agent, raw_event_id__in=ids)
+    episodes = Episode.objects.filter(agent=agent, raw_event_id__in=erased)
     erased = list(episodes.order_by("id").values_list("id", flat=True))
     if erased:
         for summary, action, observation, vector in episodes.values_list(
@@ -112,7 +121,7 @@ def erase(scope: ErasureScope) -> None:
             scope.add_vector(Episode._meta.db_table, vector)
         actors = set(episodes.exclude(actor="").values_list("actor", flat=True).distinct())
         scope.note_removed(EPISODES, erased)
-        episodes.delete()
+        _delete(Episode, erased)  # the actor graphs' copies go by their foreign key
         # An actor whose every episode went loses its own graph (its leaf is
         # named by the actor in the catalog).
         for actor in actors:
@@ -125,10 +134,17 @@ def erase(scope: ErasureScope) -> None:
             cursor.execute(
                 f"UPDATE {Episode._meta.db_table} SET related_ids = ARRAY("
                 "  SELECT r FROM unnest(related_ids) AS r WHERE r <> ALL(%s::uuid[]))"
-                " WHERE agent_id = %s AND related_ids && %s::uuid[] RETURNING id",
+                " WHERE agent_id = %s AND related_ids <> '{}'"
+                " AND related_ids && %s::uuid[] RETURNING id",
                 [erased, agent.pk, erased],
             )
             scope.note_removed(EPISODE_LINKS, [row[0] for row in cursor.fetchall()])
+
+
+def _delete(model, ids: list) -> None:
+    """One statement, no rows loaded into Python (the ORM would fetch each, vector included)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE id = ANY(%s)", [ids])
 
 
 def residue(scope: ErasureScope) -> list[dict]:
@@ -136,41 +152,40 @@ def residue(scope: ErasureScope) -> list[dict]:
     links to an erased row, copies of an erased row's vector. Erased words or
     vectors found in a row made from surviving evidence are that evidence's
     own: counted as 'kept_elsewhere', not as residue."""
-    agent, ids = scope.agent, list(scope.event_ids)
+    agent, erased = scope.agent, scope.erased_events()
     erased_episodes = scope.removed_ids(EPISODES)
     erased_sources = scope.removed_ids(SOURCES)
     findings = [
-        _finding(
+        finding(
             EPISODES,
             "made_from_erased_event",
-            Episode.objects.filter(agent=agent, raw_event_id__in=ids),
+            Episode.objects.filter(agent=agent, raw_event_id__in=erased),
         ),
-        _finding(
+        finding(
             SOURCES,
             "made_from_erased_event",
-            Source.objects.filter(agent=agent, source_event_id__in=ids),
+            Source.objects.filter(agent=agent, source_event_id__in=erased),
         ),
-        _finding(
+        finding(
             CHUNKS,
             "of_erased_source",
-            SourceChunk.objects.filter(agent=agent, source_id__in=erased_sources),
+            SourceChunk.objects.filter(agent=agent, source_id__any=erased_sources),
         ),
-        _finding(
+        _linkedfinding(agent, erased_episodes),
+        finding(
             EPISODES,
-            "links_to_erased_row",
-            Episode.objects.filter(agent=agent).filter(
-                Q(related_ids__overlap=erased_episodes) | Q(source_id__in=erased_sources)
-            ),
+            "links_to_erased_document",
+            Episode.objects.filter(agent=agent, source_id__any=erased_sources),
         ),
-        _finding(
+        finding(
             ACTOR_GRAPHS,
             "of_erased_actor",
-            ActorGraph.objects.filter(pk__in=scope.removed_ids(ACTOR_GRAPHS)),
+            ActorGraph.objects.filter(pk__any=scope.removed_ids(ACTOR_GRAPHS)),
         ),
-        _finding(
+        finding(
             ACTOR_VECTORS,
             "copy_of_erased_row",
-            ActorVector.objects.filter(agent_id=agent.pk, episode_id__in=erased_episodes),
+            ActorVector.objects.filter(agent_id=agent.pk, episode_id__any=erased_episodes),
         ),
     ]
     for model in (Episode, SourceChunk):
@@ -178,14 +193,14 @@ def residue(scope: ErasureScope) -> list[dict]:
         same = _same_vectors(agent, table, [v for t, v in scope.vectors if t == table])
         if model is Episode:
             live = set(
-                Episode.objects.filter(pk__in=same, raw_event__redacted_at__isnull=True)
-                .exclude(raw_event_id__in=ids)
+                Episode.objects.filter(pk__any=same, raw_event__redacted_at__isnull=True)
+                .exclude(raw_event_id__in=erased)
                 .values_list("pk", flat=True)
             )
         else:
             live = set(
-                SourceChunk.objects.filter(pk__in=same)
-                .exclude(source_id__in=erased_sources)
+                SourceChunk.objects.filter(pk__any=same)
+                .exclude(source_id__any=erased_sources)
                 .values_list("pk", flat=True)
             )
         left = [pk for pk in same if pk not in live]
@@ -198,46 +213,59 @@ def residue(scope: ErasureScope) -> list[dict]:
                 "kept_elsewhere": len(live),
             }
         )
-    findings.append(_words_finding(scope))
+    findings.append(_wordsfinding(scope))
     return findings
 
 
-def _finding(projection: str, check: str, qs) -> dict:
-    sample = [str(pk) for pk in qs.values_list("pk", flat=True)[:10]]
-    found = len(sample) if len(sample) < 10 else qs.count()
-    return {"projection": projection, "check": check, "found": found, "sample": sample}
+def _linkedfinding(agent: Agent, erased_episodes: list) -> dict:
+    """Surviving episodes still linking to an erased one (the partial index on links)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {Episode._meta.db_table} WHERE agent_id = %s "
+            "AND related_ids <> '{}' AND related_ids && %s::uuid[] LIMIT 10",
+            [agent.pk, erased_episodes],
+        )
+        sample = [str(row[0]) for row in cursor.fetchall()]
+    return {
+        "projection": EPISODES,
+        "check": "links_to_erased_row",
+        "found": len(sample),
+        "sample": sample,
+    }
 
 
 def _same_vectors(agent: Agent, table: str, vectors: list[list[float]]) -> list[uuid.UUID]:
     """Rows of the agent's in `table` whose vector equals one of `vectors`: the
     nearest neighbours through the vector index, kept when at distance ~0."""
-    found: list[uuid.UUID] = []
-    for vector in vectors:
-        literal = "[" + ",".join(repr(x) for x in vector) + "]"
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id FROM (SELECT id, embedding <=> %s::vector AS d FROM {table} "
-                "WHERE agent_id = %s AND embedding IS NOT NULL ORDER BY embedding <=> %s::vector "
-                "LIMIT 5) near WHERE d < 1e-6",
-                [literal, agent.pk, literal],
-            )
-            found.extend(row[0] for row in cursor.fetchall() if row[0] not in found)
-    return found
+    if not vectors:
+        return []
+    literals = ["[" + ",".join(repr(x) for x in vector) + "]" for vector in vectors]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT DISTINCT near.id FROM unnest(%s::text[]) AS probe(v), LATERAL ("
+            f"  SELECT id, embedding <=> probe.v::vector AS d FROM {table}"
+            "   WHERE agent_id = %s AND embedding IS NOT NULL"
+            "   ORDER BY embedding <=> probe.v::vector LIMIT 5) AS near WHERE near.d < 1e-6",
+            [literals, agent.pk],
+        )
+        return [row[0] for row in cursor.fetchall()]
 
 
-def _words_finding(scope: ErasureScope) -> dict:
+def _wordsfinding(scope: ErasureScope) -> dict:
     """Erased words in the agent's episodes (full-text index, then the exact
     string). A row made from an erased event is residue (the check above
     counts it); any other row holds them as its own evidence."""
+    probes = scope.text_probes()
     kept = 0
-    for probe in scope.text_probes():
+    if probes:
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT count(*) FROM (SELECT 1 FROM {Episode._meta.db_table} "
-                "WHERE agent_id = %s AND search_vector @@ phraseto_tsquery('english', %s) "
-                "AND strpos(summary || ' ' || action || ' ' || observation, %s) > 0 "
-                "LIMIT 100) hits",
-                [scope.agent.pk, probe, probe],
+                f"SELECT count(*) FROM unnest(%s::text[]) AS probe(p), LATERAL ("
+                f"  SELECT 1 FROM {Episode._meta.db_table} WHERE agent_id = %s"
+                "   AND search_vector @@ phraseto_tsquery('english', probe.p)"
+                "   AND strpos(summary || ' ' || action || ' ' || observation, probe.p) > 0"
+                "   LIMIT 100) AS hits",
+                [probes, scope.agent.pk],
             )
-            kept += cursor.fetchone()[0]
+            kept = cursor.fetchone()[0]
     return {"projection": EPISODES, "check": "erased_words", "found": 0, "kept_elsewhere": kept}

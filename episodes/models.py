@@ -166,6 +166,12 @@ class Episode(models.Model):
             ),
             GinIndex(fields=["search_vector"], name="episodes_search_vector_gin"),
             GinIndex(fields=["entities"], name="episodes_entities_gin"),
+            # Erasure cuts links to erased episodes; few episodes have links.
+            GinIndex(
+                fields=["related_ids"],
+                name="episodes_related_ids_gin",
+                condition=~models.Q(related_ids=[]),
+            ),
             # m 32 / ef_construction 128, not pgvector's 16 / 64: episodes repeat (the
             # nightly job that fails the same way), and with 16 links a node's
             # neighbours stay inside its cluster of near-copies — whole clusters

@@ -16,10 +16,9 @@ import uuid
 from collections.abc import Iterable
 
 from django.db import connection
-from django.db.models import Q, TextField
-from django.db.models.functions import Cast
+from django.db.models import Q
 
-from ledger.erasure import ErasureScope
+from ledger.erasure import ErasureScope, finding
 from ledger.models import Event
 from piper.tenancy.models import Agent
 
@@ -36,6 +35,7 @@ FACT_TEXTS = "fact_texts"
 FACTS_REPLAYED = "facts.replayed"
 FACT_TEXTS_RERENDERED = "fact_texts.rerendered"
 POLICY = "authority_policy"
+PAIRS_NOTE = "facts.pairs"  # the pairs the erased events made versions of
 
 Pair = tuple[uuid.UUID, uuid.UUID]
 
@@ -47,22 +47,19 @@ def events_about(*, agent: Agent, entity: Entity) -> set[uuid.UUID]:
     ids |= set(
         Event.objects.filter(
             agent=agent, event_type=p.ALIAS_ADDED, payload__entity_id=str(entity.pk)
-        ).values_list("id", flat=True)
+        )
+        .order_by()
+        .values_list("id", flat=True)
     )
     ids |= set(
         EntityAlias.objects.filter(agent=agent, entity=entity).values_list(
             "source_event_id", flat=True
         )
     )
-    as_subject = Fact.objects.filter(agent=agent, subject=entity).values_list("id", flat=True)
-    ids |= p.events_of_facts(agent.pk, list(as_subject))
-    ids |= set(
-        Event.objects.filter(
-            agent=agent,
-            event_type__in=[p.ASSERTED, p.CORRECTED],
-            payload__object_entity_id=str(entity.pk),
-        ).values_list("id", flat=True)
-    )
+    # Every version about it, and every version pointing at it (the relations'
+    # versions keep their object, whatever their status).
+    versions = Fact.objects.filter(agent=agent).filter(Q(subject=entity) | Q(object_entity=entity))
+    ids |= p.events_of_facts(agent.pk, list(versions.values_list("id", flat=True)))
     return ids
 
 
@@ -71,9 +68,9 @@ def expand(*, agent: Agent, event_ids: set[uuid.UUID]) -> set[uuid.UUID]:
     creation goes, and every claim of a predicate whose definition goes."""
     ids = list(event_ids)
     more: set[uuid.UUID] = set()
-    for entity in Entity.objects.filter(agent=agent, source_event_id__in=ids):
+    for entity in Entity.objects.filter(agent=agent, source_event_id__any=ids):
         more |= events_about(agent=agent, entity=entity)
-    for predicate_id in Predicate.objects.filter(agent=agent, source_event_id__in=ids).values_list(
+    for predicate_id in Predicate.objects.filter(agent=agent, source_event_id__any=ids).values_list(
         "pk", flat=True
     ):
         versions = Fact.objects.filter(agent=agent, predicate_id=predicate_id).values_list(
@@ -83,12 +80,17 @@ def expand(*, agent: Agent, event_ids: set[uuid.UUID]) -> set[uuid.UUID]:
         more |= set(
             Event.objects.filter(
                 agent=agent, event_type=p.PREDICATE_DEFINED, payload__predicate_id=str(predicate_id)
-            ).values_list("id", flat=True)
+            )
+            .order_by()
+            .values_list("id", flat=True)
         )
     return more - event_ids
 
 
 def _pairs_touched(agent: Agent, events: list[Event]) -> set[Pair]:
+    """The (subject, predicate) pairs these events made versions of: an
+    assertion names its pair, every other act names the version it acts on
+    (read while the payloads are still there)."""
     pairs: set[Pair] = set()
     fact_ids: set[str] = set()
     for event in events:
@@ -97,21 +99,20 @@ def _pairs_touched(agent: Agent, events: list[Event]) -> set[Pair]:
             pairs.add((uuid.UUID(payload["subject_id"]), uuid.UUID(payload["predicate_id"])))
         elif event.event_type in p.TARGETING:
             fact_ids.add(payload["fact_id"])
-    ids = [e.pk for e in events]
-    facts = Fact.objects.filter(agent=agent).filter(
-        Q(pk__in=list(fact_ids))
-        | Q(source_event_id__in=ids)
-        | Q(pk__in=FactEvidence.objects.filter(event_id__in=ids).values("fact_id"))
-    )
-    pairs |= set(facts.values_list("subject_id", "predicate_id").distinct())
+    if fact_ids:
+        pairs |= set(
+            Fact.objects.filter(agent=agent, pk__any=list(fact_ids))
+            .values_list("subject_id", "predicate_id")
+            .distinct()
+        )
     return pairs
 
 
 def erase(scope: ErasureScope) -> None:
     """Remove what `scope.event_ids` made here; note every removed id in the scope."""
-    agent, ids = scope.agent, list(scope.event_ids)
+    agent, erased = scope.agent, scope.erased_events()
     events = list(
-        Event.objects.filter(agent=agent, pk__in=ids, event_type__in=list(p.HANDLERS)).order_by(
+        Event.objects.filter(agent=agent, pk__in=erased, event_type__in=list(p.HANDLERS)).order_by(
             "seq"
         )
     )
@@ -121,8 +122,9 @@ def erase(scope: ErasureScope) -> None:
     for event in events:
         by_type.setdefault(event.event_type, []).append(event)
     pairs = _pairs_touched(agent, events)
-    erased_entities = list(Entity.objects.filter(agent=agent, source_event_id__in=ids))
-    erased_predicates = list(Predicate.objects.filter(agent=agent, source_event_id__in=ids))
+    scope.notes[PAIRS_NOTE] = set(pairs)
+    erased_entities = list(Entity.objects.filter(agent=agent, source_event_id__in=erased))
+    erased_predicates = list(Predicate.objects.filter(agent=agent, source_event_id__in=erased))
     redefined = {
         uuid.UUID(e.payload["predicate_id"]) for e in by_type.get(p.PREDICATE_DEFINED, [])
     } - {pr.pk for pr in erased_predicates}
@@ -131,7 +133,7 @@ def erase(scope: ErasureScope) -> None:
         pairs |= set(all_pairs(agent.pk))
     if redefined:
         pairs |= set(
-            Fact.objects.filter(agent=agent, predicate_id__in=redefined)
+            Fact.objects.filter(agent=agent, predicate_id__any=redefined)
             .values_list("subject_id", "predicate_id")
             .distinct()
         )
@@ -153,18 +155,18 @@ def erase(scope: ErasureScope) -> None:
         scope.add_texts(words)
         scope.values.update(w.strip() for w in words if len(w.strip()) >= 2)
     for vector in FactText.objects.filter(
-        agent=agent, subject_id__in={s for s, _ in pairs}, embedding__isnull=False
+        agent=agent, subject_id__any={s for s, _ in pairs}, embedding__isnull=False
     ).values_list("embedding", flat=True)[:20]:
         scope.add_vector(FactText._meta.db_table, vector)
 
     # Names: aliases made by an erased event, and (below) erased entities.
-    aliases = EntityAlias.objects.filter(agent=agent, source_event_id__in=ids)
+    aliases = EntityAlias.objects.filter(agent=agent, source_event_id__in=erased)
     renamed = set(aliases.values_list("entity_id", flat=True))
     scope.note_removed(ALIASES, aliases.order_by("id").values_list("id", flat=True))
     aliases.delete()
 
     # Facts: replay every touched pair from what survives.
-    dropped, made = p.replay_pairs(agent_id=agent.pk, pairs=pairs, without=ids)
+    dropped, made = p.replay_pairs(agent_id=agent.pk, pairs=pairs, without=erased)
     kept = set(made)
     scope.note_removed(FACTS, [f for f in dropped if f not in kept])
     scope.note_removed(FACTS_REPLAYED, [f for f in made if f in set(dropped)])
@@ -178,7 +180,7 @@ def erase(scope: ErasureScope) -> None:
                 payload__predicate_id=str(predicate_id),
                 redacted_at__isnull=True,
             )
-            .exclude(pk__in=ids)
+            .exclude(pk__in=erased)
             .order_by("-seq")
             .first()
         )
@@ -189,7 +191,7 @@ def erase(scope: ErasureScope) -> None:
             Event.objects.filter(
                 agent=agent, event_type=p.AUTHORITY_ORDER_SET, redacted_at__isnull=True
             )
-            .exclude(pk__in=ids)
+            .exclude(pk__in=erased)
             .order_by("-seq")
             .first()
         )
@@ -203,23 +205,23 @@ def erase(scope: ErasureScope) -> None:
     # (expand() erased every event about them).
     if erased_entities:
         entity_ids = [e.pk for e in erased_entities]
-        names = EntityAlias.objects.filter(entity_id__in=entity_ids)
+        names = EntityAlias.objects.filter(entity_id__any=entity_ids)
         scope.add_texts(names.values_list("alias", flat=True))
         scope.note_removed(ALIASES, names.order_by("id").values_list("id", flat=True))
         names.delete()
-        FactText.objects.filter(agent=agent, subject_id__in=entity_ids).delete()
+        FactText.objects.filter(agent=agent, subject_id__any=entity_ids).delete()
         scope.note_removed(ENTITIES, entity_ids)
-        Entity.objects.filter(pk__in=entity_ids).delete()
+        Entity.objects.filter(pk__any=entity_ids).delete()
     if erased_predicates:
         predicate_ids = [pr.pk for pr in erased_predicates]
-        FactText.objects.filter(agent=agent, predicate_id__in=predicate_ids).delete()
+        FactText.objects.filter(agent=agent, predicate_id__any=predicate_ids).delete()
         scope.note_removed(PREDICATES, predicate_ids)
-        Predicate.objects.filter(pk__in=predicate_ids).delete()
+        Predicate.objects.filter(pk__any=predicate_ids).delete()
 
     # Texts: re-rendered for every pair whose versions or names changed.
     if renamed:
         pairs |= set(
-            Fact.objects.filter(agent=agent, subject_id__in=renamed)
+            Fact.objects.filter(agent=agent, subject_id__any=renamed)
             .values_list("subject_id", "predicate_id")
             .distinct()
         )
@@ -229,12 +231,12 @@ def erase(scope: ErasureScope) -> None:
 def _refresh_texts(scope: ErasureScope, agent: Agent, pairs: Iterable[Pair]) -> None:
     pairs = sorted(set(pairs))
     before = dict(
-        FactText.objects.filter(agent=agent, subject_id__in={s for s, _ in pairs}).values_list(
+        FactText.objects.filter(agent=agent, subject_id__any={s for s, _ in pairs}).values_list(
             "id", "subject_id"
         )
     )
     result = fact_texts_refresh(agent_id=agent.pk, pairs=pairs, embed="later")
-    after = set(FactText.objects.filter(pk__in=list(before)).values_list("id", flat=True))
+    after = set(FactText.objects.filter(pk__any=list(before)).values_list("id", flat=True))
     scope.note_removed(FACT_TEXTS, [pk for pk in before if pk not in after])
     scope.note_removed(FACT_TEXTS_RERENDERED, [pk for pk in result.changed if pk in after])
 
@@ -243,64 +245,55 @@ def residue(scope: ErasureScope) -> list[dict]:
     """What of the erased material is still here: rows made from an erased
     event, versions or names of erased entities, and erased words in the
     rendered texts that no surviving fact justifies."""
-    agent, ids = scope.agent, list(scope.event_ids)
+    agent, erased = scope.agent, scope.erased_events()
     erased_entities = scope.removed_ids(ENTITIES)
     findings = [
-        _finding(
+        finding(
             FACTS,
             "made_from_erased_event",
-            Fact.objects.filter(agent=agent, source_event_id__in=ids),
+            Fact.objects.filter(agent=agent, source_event_id__in=erased),
         ),
-        _finding(
+        finding(
             FACTS,
             "evidence_from_erased_event",
-            FactEvidence.objects.filter(fact__agent=agent, event_id__in=ids),
+            FactEvidence.objects.filter(fact__agent=agent, event_id__in=erased),
         ),
-        _finding(
+        finding(
             ENTITIES,
             "made_from_erased_event",
-            Entity.objects.filter(agent=agent, source_event_id__in=ids),
+            Entity.objects.filter(agent=agent, source_event_id__in=erased),
         ),
-        _finding(
+        finding(
             ALIASES,
             "made_from_erased_event",
-            EntityAlias.objects.filter(agent=agent, source_event_id__in=ids),
+            EntityAlias.objects.filter(agent=agent, source_event_id__in=erased),
         ),
-        _finding(
+        finding(
             PREDICATES,
             "made_from_erased_event",
-            Predicate.objects.filter(agent=agent, source_event_id__in=ids),
+            Predicate.objects.filter(agent=agent, source_event_id__in=erased),
         ),
-        _finding(
+        finding(
             FACTS,
             "about_erased_entity",
             Fact.objects.filter(agent=agent).filter(
-                Q(subject_id__in=erased_entities) | Q(object_entity_id__in=erased_entities)
+                Q(subject_id__any=erased_entities) | Q(object_entity_id__any=erased_entities)
             ),
         ),
-        _finding(
+        finding(
             FACT_TEXTS,
             "about_erased_entity",
-            FactText.objects.filter(agent=agent, subject_id__in=erased_entities),
+            FactText.objects.filter(agent=agent, subject_id__any=erased_entities),
         ),
     ]
     # A rendered text holds the names and believed values of its pair: an
     # erased string there is residue unless a surviving fact or name holds it.
     stale: list[str] = []
-    for probe in sorted(set(scope.text_probes()) | scope.values):
+    probes = sorted(set(scope.text_probes()) | scope.values)
+    if probes:
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id, subject_id, predicate_id FROM {FactText._meta.db_table} "
-                "WHERE agent_id = %s AND search_vector @@ phraseto_tsquery('english', %s) "
-                "AND strpos(lower(text), lower(%s)) > 0 LIMIT 50",
-                [agent.pk, probe, probe],
-            )
-            hits = cursor.fetchall()
-        stale += [
-            str(t)
-            for t, s, pr in hits
-            if str(t) not in stale and not _justified(agent, s, pr, probe)
-        ]
+            cursor.execute(_STALE_TEXTS, {"agent": agent.pk, "probes": probes})
+            stale = sorted({str(row[0]) for row in cursor.fetchall()})
     findings.append(
         {
             "projection": FACT_TEXTS,
@@ -312,25 +305,38 @@ def residue(scope: ErasureScope) -> list[dict]:
     return findings
 
 
-def _justified(agent: Agent, subject_id, predicate_id, probe: str) -> bool:
-    """Whether a surviving name, value or predicate text of the pair holds `probe`."""
-    if EntityAlias.objects.filter(agent=agent, alias__icontains=probe).exists():
-        return True
-    if (
-        Fact.objects.filter(agent=agent, subject_id=subject_id, predicate_id=predicate_id)
-        .annotate(value_text=Cast("object_value", TextField()))
-        .filter(value_text__icontains=probe)
-        .exists()
-    ):
-        return True
-    return (
-        Predicate.objects.filter(pk=predicate_id)
-        .filter(Q(description__icontains=probe) | Q(name__icontains=probe))
-        .exists()
-    )
-
-
-def _finding(projection: str, check: str, qs) -> dict:
-    sample = [str(pk) for pk in qs.values_list("pk", flat=True)[:10]]
-    found = len(sample) if len(sample) < 10 else qs.count()
-    return {"projection": projection, "check": check, "found": found, "sample": sample}
+# Rendered texts holding an erased string that nothing surviving of their own
+# pair vouches for: not a value of the pair's facts, not a name of its subject
+# or of an entity its facts point at, not its predicate's name or description.
+# Found through the full-text index, then the exact string; one statement.
+_STALE_TEXTS = f"""
+SELECT hit.id FROM unnest(%(probes)s::text[]) AS probe(p), LATERAL (
+    SELECT t.id, t.subject_id, t.predicate_id FROM {FactText._meta.db_table} t
+     WHERE t.agent_id = %(agent)s
+       AND t.search_vector @@ phraseto_tsquery('english', probe.p)
+       AND strpos(lower(t.text), lower(probe.p)) > 0
+     LIMIT 50) AS hit
+ WHERE NOT EXISTS (
+        SELECT 1 FROM {Fact._meta.db_table} f
+         WHERE f.agent_id = %(agent)s AND f.subject_id = hit.subject_id
+           AND f.predicate_id = hit.predicate_id
+           AND strpos(lower(coalesce(f.object_value::text, '')), lower(probe.p)) > 0)
+   AND NOT EXISTS (
+        SELECT 1 FROM {EntityAlias._meta.db_table} a
+         WHERE a.agent_id = %(agent)s AND strpos(lower(a.alias), lower(probe.p)) > 0
+           AND (a.entity_id = hit.subject_id OR a.entity_id IN (
+                SELECT f.object_entity_id FROM {Fact._meta.db_table} f
+                 WHERE f.agent_id = %(agent)s AND f.subject_id = hit.subject_id
+                   AND f.predicate_id = hit.predicate_id AND f.object_entity_id IS NOT NULL)))
+   AND NOT EXISTS (
+        SELECT 1 FROM {Entity._meta.db_table} e
+         WHERE e.id IN (SELECT f.object_entity_id FROM {Fact._meta.db_table} f
+                         WHERE f.agent_id = %(agent)s AND f.subject_id = hit.subject_id
+                           AND f.predicate_id = hit.predicate_id)
+           AND strpos(lower(e.name), lower(probe.p)) > 0)
+   AND NOT EXISTS (
+        SELECT 1 FROM {Predicate._meta.db_table} pr
+         WHERE pr.id = hit.predicate_id
+           AND strpos(lower(pr.name || ' ' || replace(pr.name, '_', ' ') || ' ' || pr.description),
+                      lower(probe.p)) > 0)
+"""

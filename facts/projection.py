@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event
@@ -999,7 +1000,9 @@ def events_of_facts(agent_id: uuid.UUID, fact_ids: list[uuid.UUID]) -> set[uuid.
             agent_id=agent_id,
             event_type__in=TARGETING,
             payload__fact_id__in=[str(f) for f in fact_ids],
-        ).values_list("id", flat=True)
+        )
+        .order_by()
+        .values_list("id", flat=True)
     )
     return ids
 
@@ -1008,7 +1011,7 @@ def replay_pairs(
     *,
     agent_id: uuid.UUID,
     pairs: Iterable[tuple[uuid.UUID, uuid.UUID]],
-    without: Iterable[uuid.UUID] = (),
+    without: Iterable[uuid.UUID] | RawSQL = (),
 ) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
     """Drop every version of these (subject, predicate) pairs and replay, in
     chain order, the events they came from but those `without` (being erased)
@@ -1044,7 +1047,7 @@ def replay_pairs(
             agent_id=agent_id,
             redacted_at__isnull=True,
         )
-        .exclude(pk__in=list(without))
+        .exclude(pk__in=without if isinstance(without, RawSQL) else list(without))
         .order_by("seq")
     )
     for event in events.iterator(chunk_size=REBUILD_FLUSH_EVERY):

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models.expressions import RawSQL
+
 from piper.tenancy.models import Agent
 
 # The erased words the residue check searches for: at most this many, the
@@ -25,6 +27,7 @@ TEXT_PROBE_CHARS = 120
 # Shorter strings are too common to mean anything when found again ("done", "ok").
 MIN_TEXT_PROBE_CHARS = 8
 MAX_VECTOR_PROBES = 20
+EVENTS_TABLE = "erasure_events"  # temporary, per transaction (stage_events)
 _WORDY = re.compile(r"[^\W\d_]{3,}")
 # Identifiers, times and enum values are not content: 'success', 'text/plain',
 # an id or a timestamp found again proves nothing.
@@ -52,6 +55,44 @@ class ErasureScope:
     # Erased fact values and names, however short ('Porto'): searched only where
     # they are rendered (fact texts), where surviving facts can vouch for them.
     values: set[str] = field(default_factory=set)
+    # What an app learned while erasing that its residue check needs (e.g. the
+    # fact pairs the erased events touched), by the app's own keys.
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def stage_events(self) -> None:
+        """Put the erased events' ids in a temporary table of this transaction, so
+        every app's statements join against it (erased_events()) instead of each
+        carrying thousands of ids."""
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"CREATE TEMP TABLE IF NOT EXISTS {EVENTS_TABLE} (id uuid PRIMARY KEY) "
+                "ON COMMIT DROP"
+            )
+            cursor.execute(f"DELETE FROM {EVENTS_TABLE}")
+            cursor.execute(
+                f"INSERT INTO {EVENTS_TABLE} SELECT unnest(%s::uuid[])", [list(self.event_ids)]
+            )
+        self._staged = True
+
+    def add_events(self, ids: Iterable[uuid.UUID]) -> None:
+        """More events to erase, found while erasing (a quote's event, feedback)."""
+        from django.db import connection
+
+        new = {i for i in ids if i is not None} - self.event_ids
+        self.event_ids |= new
+        if new and getattr(self, "_staged", False):
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"INSERT INTO {EVENTS_TABLE} SELECT unnest(%s::uuid[]) ON CONFLICT DO NOTHING",
+                    [list(new)],
+                )
+
+    @staticmethod
+    def erased_events() -> RawSQL:
+        """The staged event ids, as a subquery: `source_event_id__in=scope.erased_events()`."""
+        return RawSQL(f"SELECT id FROM {EVENTS_TABLE}", ())
 
     def note_removed(self, projection: str, ids: Iterable[Any]) -> int:
         ids = list(ids)
@@ -69,10 +110,12 @@ class ErasureScope:
         return ids
 
     def add_texts(self, texts: Iterable[str]) -> None:
+        seen = set(self.texts)
         for text in texts:
             probe = probe_text(text)
-            if probe and probe not in self.texts:
+            if probe and probe not in seen:
                 self.texts.append(probe)
+                seen.add(probe)
 
     def add_vector(self, table: str, vector: Any) -> None:
         if vector is not None and len(self.vectors) < MAX_VECTOR_PROBES:
@@ -118,3 +161,10 @@ def allow_erasure_in_this_transaction() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT set_config(%s, 'on', true)", [ERASURE_SETTING])
+
+
+def finding(projection: str, check: str, qs) -> dict:
+    """One check of a residue search: how many rows of `qs` there are, and the first ids."""
+    sample = [str(pk) for pk in qs.order_by().values_list("pk", flat=True)[:10]]
+    found = len(sample) if len(sample) < 10 else qs.count()
+    return {"projection": projection, "check": check, "found": found, "sample": sample}

@@ -21,6 +21,7 @@ from django.db import IntegrityError, connection, transaction
 from piper import appends
 from piper.canonical import sha256_hex
 from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
+from piper.ids import uuid7
 from piper.provenance import (
     DEFAULT_AUTHORITY_FOR_SOURCE,
     Authority,
@@ -263,6 +264,19 @@ PURGE_SETTING = "piper.ledger_purge"
 EVENTS_REDACTED = "ledger.events_redacted"
 
 
+@dataclass(frozen=True)
+class Purge:
+    """What events_redact did: the purge's own event (None when every asked
+    event was purged already), and the events it purged now, in seq order."""
+
+    purge_event_id: uuid.UUID | None
+    purged: list[uuid.UUID]
+    skipped: int  # asked, but purged before
+
+    def tombstones(self) -> list[Tombstone]:
+        return list(Tombstone.objects.filter(event_id__any=self.purged).order_by("event__seq"))
+
+
 def events_redact(
     *,
     agent: Agent,
@@ -270,7 +284,7 @@ def events_redact(
     reason: str,
     requested_by: str = "",
     legal_hold_lifted: str = "",
-) -> list[Tombstone]:
+) -> Purge:
     """The one sanctioned change to stored events: the purge, for many at once.
 
     Each event's payload becomes {} and redacted_at is stamped, through a
@@ -280,8 +294,8 @@ def events_redact(
     verifies, and without the salt the hash confirms no guess of the content.
     One 'ledger.events_redacted' event records the purge (ids, seqs, reason:
     no content) and each event gets a tombstone. Events already purged are
-    skipped, so a retry is a no-op; the tombstones of every asked event are
-    returned, in seq order.
+    skipped, so a retry is a no-op. A few statements whatever the count (a
+    retention chunk purges thousands).
 
     Refused with Conflict (409, code 'legal_hold', nothing changed) when an
     event is under legal hold (retention class 'permanent'), unless
@@ -292,19 +306,20 @@ def events_redact(
         raise InvalidInput("a purge needs a reason", details={"reason": ["required"]})
     wanted = list(dict.fromkeys(event_ids))
     if not wanted:
-        return []
-    with transaction.atomic():
-        events = list(
-            Event.objects.select_for_update()
-            .filter(agent=agent, pk__in=wanted)
-            .order_by("seq")
-            .only("id", "seq", "payload_hash", "retention_class", "redacted_at", "hash_version")
+        return Purge(None, [], 0)
+    table = Event._meta.db_table
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, seq, retention_class, redacted_at IS NOT NULL FROM {table} "
+            "WHERE agent_id = %s AND id = ANY(%s) ORDER BY seq FOR UPDATE",
+            [agent.pk, wanted],
         )
-        if len(events) != len(wanted):
-            missing = sorted({str(i) for i in wanted} - {str(e.pk) for e in events})
+        rows = cursor.fetchall()
+        if len(rows) != len(wanted):
+            missing = sorted({str(i) for i in wanted} - {str(row[0]) for row in rows})
             raise NotFound(f"event {missing[0]} not found", details={"missing_event_ids": missing})
-        todo = [e for e in events if e.redacted_at is None]
-        held = [str(e.pk) for e in todo if e.retention_class == RetentionClass.PERMANENT]
+        todo = [(pk, seq, retention) for pk, seq, retention, done in rows if not done]
+        held = [str(pk) for pk, _, retention in todo if retention == RetentionClass.PERMANENT]
         if held and not legal_hold_lifted.strip():
             raise Conflict(
                 f"{len(held)} event(s) are under legal hold (retention class 'permanent'); "
@@ -312,49 +327,42 @@ def events_redact(
                 code="legal_hold",
                 details={"held_event_ids": held[:100], "held": len(held)},
             )
-        if todo:
-            ids = [e.pk for e in todo]
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT set_config(%s, 'on', true)", [PURGE_SETTING])
-                cursor.execute(
-                    f"UPDATE {Event._meta.db_table} SET payload = '{{}}'::jsonb, "
-                    "redacted_at = now(), payload_salt = '', "
-                    "actor = CASE WHEN hash_version = 1 THEN actor ELSE '' END, "
-                    "session_id = CASE WHEN hash_version = 1 THEN session_id ELSE '' END, "
-                    "source_ref = CASE WHEN hash_version = 1 THEN source_ref ELSE '' END "
-                    "WHERE agent_id = %s AND id = ANY(%s)",
-                    [agent.pk, ids],
-                )
-                cursor.execute("SELECT set_config(%s, 'off', true)", [PURGE_SETTING])
-            purge_payload: dict[str, Any] = {
-                "event_ids": [str(i) for i in ids],
-                "seqs": [e.seq for e in todo],
-                "reason": reason,
-            }
-            if held:
-                purge_payload["legal_hold_lifted"] = {
-                    "reason": legal_hold_lifted,
-                    "event_ids": held,
-                }
-            purge_event = event_append(
-                agent=agent,
-                event_type=EVENTS_REDACTED,
-                payload=purge_payload,
-                actor=requested_by,
-                source_type=SourceType.OPERATOR,
-            )
-            Tombstone.objects.bulk_create(
-                Tombstone(
-                    agent=agent,
-                    event_id=e.pk,
-                    reason=reason,
-                    requested_by=requested_by,
-                    purge_event=purge_event,
-                )
-                for e in todo
-            )
-        by_event = {t.event_id: t for t in Tombstone.objects.filter(event_id__in=wanted)}
-        return [by_event[e.pk] for e in events]
+        if not todo:
+            return Purge(None, [], len(rows))
+        ids = [pk for pk, _, _ in todo]
+        cursor.execute("SELECT set_config(%s, 'on', true)", [PURGE_SETTING])
+        cursor.execute(
+            f"UPDATE {table} SET payload = '{{}}'::jsonb, "
+            "redacted_at = now(), payload_salt = '', "
+            "actor = CASE WHEN hash_version = 1 THEN actor ELSE '' END, "
+            "session_id = CASE WHEN hash_version = 1 THEN session_id ELSE '' END, "
+            "source_ref = CASE WHEN hash_version = 1 THEN source_ref ELSE '' END "
+            "WHERE agent_id = %s AND id = ANY(%s)",
+            [agent.pk, ids],
+        )
+        cursor.execute("SELECT set_config(%s, 'off', true)", [PURGE_SETTING])
+        purge_payload: dict[str, Any] = {
+            "event_ids": [str(i) for i in ids],
+            "seqs": [seq for _, seq, _ in todo],
+            "reason": reason,
+        }
+        if held:
+            purge_payload["legal_hold_lifted"] = {"reason": legal_hold_lifted, "event_ids": held}
+        purge_event = event_append(
+            agent=agent,
+            event_type=EVENTS_REDACTED,
+            payload=purge_payload,
+            actor=requested_by,
+            source_type=SourceType.OPERATOR,
+        )
+        cursor.execute(
+            f"INSERT INTO {Tombstone._meta.db_table} "
+            "(id, agent_id, event_id, reason, requested_by, purge_event_id, created_at) "
+            "SELECT t.id, %s, t.event_id, %s, %s, %s, now() "
+            "FROM unnest(%s::uuid[], %s::uuid[]) AS t(id, event_id)",
+            [agent.pk, reason, requested_by, purge_event.pk, [uuid7() for _ in ids], ids],
+        )
+        return Purge(purge_event.pk, ids, len(rows) - len(ids))
 
 
 def event_redact(
@@ -366,13 +374,14 @@ def event_redact(
     legal_hold_lifted: str = "",
 ) -> Tombstone:
     """events_redact for one event: its tombstone (the first one, on a retry)."""
-    return events_redact(
+    events_redact(
         agent=agent,
         event_ids=[event_id],
         reason=reason,
         requested_by=requested_by,
         legal_hold_lifted=legal_hold_lifted,
-    )[0]
+    )
+    return Tombstone.objects.get(event_id=event_id)
 
 
 def source_register(

@@ -27,15 +27,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import connection, transaction
-from django.db.models import Q, TextField
+from django.db.models import Q, TextField, UUIDField
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
 from episodes import erasure as episodes_erasure
 from facts import erasure as facts_erasure
 from facts.selectors import entity_resolve
 from intentions.services import erasure as intentions_erasure
-from ledger.erasure import ErasureScope, payload_strings
+from ledger.erasure import ErasureScope, finding, payload_strings
 from ledger.models import Event, Source, Tombstone
 from ledger.services import chain_lock, events_redact
 from piper.api.services import idempotency_records_erase
@@ -53,6 +55,7 @@ MAX_LISTED = 1000
 # The purge records are the audit trail of erasure itself: never selected.
 AUDIT_EVENT_TYPES = ("ledger.events_redacted", "ledger.event_redacted")
 MAX_EVENT_IDS = 10_000
+MAX_PAYLOADS_READ = 500
 MAX_TEXT_CHARS = 300
 
 # The memory apps, in the order they erase (an app may need what one before
@@ -143,9 +146,9 @@ def _check_selector(agent: Agent, selector: Selector) -> None:
     if selector.event_ids:
         # Another agent's event is indistinguishable from a missing one.
         known = set(
-            Event.objects.filter(agent=agent, pk__in=selector.event_ids).values_list(
-                "pk", flat=True
-            )
+            Event.objects.filter(agent=agent, pk__any=selector.event_ids)
+            .order_by()
+            .values_list("pk", flat=True)
         )
         missing = sorted(str(i) for i in set(selector.event_ids) - known)
         if missing:
@@ -166,7 +169,7 @@ def events_selected(*, agent: Agent, selector: Selector) -> set[uuid.UUID]:
         event_type__in=AUDIT_EVENT_TYPES
     )
     if selector.event_ids:
-        events = events.filter(pk__in=selector.event_ids)
+        events = events.filter(pk__any=selector.event_ids)
     if selector.actor is not None:
         events = events.filter(actor=selector.actor)
     if selector.session_id is not None:
@@ -177,14 +180,14 @@ def events_selected(*, agent: Agent, selector: Selector) -> set[uuid.UUID]:
         events = events.filter(occurred_at__lt=selector.occurred_before)
     if selector.source_id is not None:
         events = events.filter(
-            pk__in=episodes_erasure.events_of_sources(agent=agent, source_ids=[selector.source_id])
+            pk__any=episodes_erasure.events_of_sources(agent=agent, source_ids=[selector.source_id])
         )
     if selector.subject is not None:
         entity = entity_resolve(agent=agent, ref=selector.subject)
         names = [entity.name, *entity.aliases.values_list("alias", flat=True)]
         about = facts_erasure.events_about(agent=agent, entity=entity)
         about |= episodes_erasure.events_naming(agent=agent, names=names)
-        events = events.filter(pk__in=about)
+        events = events.filter(pk__any=about)
     return set(events.values_list("pk", flat=True))
 
 
@@ -195,18 +198,19 @@ def with_dependents(agent: Agent, event_ids: set[uuid.UUID]) -> set[uuid.UUID]:
     new = set(event_ids)
     while new:
         more = set(
-            Event.objects.filter(agent=agent, correction_of_id__in=list(new)).values_list(
-                "pk", flat=True
-            )
+            Event.objects.filter(agent=agent, correction_of_id__any=list(new))
+            .order_by()
+            .values_list("pk", flat=True)
         )
         for expand in EXPANDERS:
-            more |= expand(agent=agent, event_ids=erased)
+            more |= expand(agent=agent, event_ids=new)
         new = {
             e
             for e in Event.objects.filter(
-                agent=agent, pk__in=list(more - erased), redacted_at__isnull=True
+                agent=agent, pk__any=list(more - erased), redacted_at__isnull=True
             )
             .exclude(event_type__in=AUDIT_EVENT_TYPES)
+            .order_by()
             .values_list("pk", flat=True)
         }
         erased |= new
@@ -224,10 +228,12 @@ def erasure_run(
     dry_run: bool = False,
     event_ids: Sequence[uuid.UUID] | None = None,
     described_as: dict | None = None,
+    closed: bool = False,
 ) -> ErasureResult:
     """Erase what `selector` names (or exactly `event_ids`, for the retention
-    sweep, which `described_as` says how it chose), with everything made from
-    it, and return the receipt.
+    sweep, which `described_as` says how it chose; `closed` when they already
+    hold every event that must go with them), with everything made from it,
+    and return the receipt.
 
     Bad input raises InvalidInput (400: no criterion, an empty window, no
     reason) or NotFound (404: another agent's or an unknown event, source or
@@ -258,6 +264,7 @@ def erasure_run(
                 dry_run=dry_run,
                 event_ids=event_ids,
                 described_as=described_as,
+                closed=closed,
                 started=started,
             )
     except _DryRun as dry:
@@ -283,15 +290,16 @@ def _erase(
     dry_run: bool,
     event_ids: Sequence[uuid.UUID] | None,
     described_as: dict | None,
+    closed: bool,
     started: float,
 ) -> ErasureResult:
     chain_lock(agent=agent)
     chosen = (
         set(event_ids) if event_ids is not None else events_selected(agent=agent, selector=selector)
     )
-    erased = with_dependents(agent, chosen)
+    erased = chosen if closed else with_dependents(agent, chosen)
     held = Event.objects.filter(
-        agent=agent, pk__in=list(erased), retention_class=RetentionClass.PERMANENT
+        agent=agent, pk__any=list(erased), retention_class=RetentionClass.PERMANENT
     )
     if not legal_hold_lifted.strip() and held.exists():
         held_ids = [str(i) for i in held.values_list("pk", flat=True)[:100]]
@@ -302,23 +310,29 @@ def _erase(
             details={"held_event_ids": held_ids},
         )
     scope = ErasureScope(agent=agent, event_ids=erased)
-    for payload in Event.objects.filter(pk__in=list(erased)).values_list("payload", flat=True):
-        scope.add_texts(payload_strings(payload))
-    actors = set(
-        Event.objects.filter(pk__in=list(erased)).exclude(actor="").values_list("actor", flat=True)
+    scope.stage_events()
+    erased_events = Event.objects.filter(pk__any=list(erased)).order_by()
+    # The residue check searches for the longest erased strings: those of
+    # the first MAX_PAYLOADS_READ erased events are plenty to choose from.
+    scope.add_texts(
+        text
+        for payload in erased_events.values_list("payload", flat=True)[:MAX_PAYLOADS_READ]
+        for text in payload_strings(payload)
     )
+    actors = set(erased_events.exclude(actor="").values_list("actor", flat=True).distinct())
     still_named = set(
-        Event.objects.filter(agent=agent, actor__in=actors, redacted_at__isnull=True)
-        .exclude(pk__in=list(erased))
+        Event.objects.filter(agent=agent, actor__any=actors, redacted_at__isnull=True)
+        .exclude(pk__any=list(erased))
+        .order_by()
         .values_list("actor", flat=True)
         .distinct()
     )
     scope.actors = actors - still_named
     for app in ERASERS:
         app.erase(scope)
-    idempotent = idempotency_records_erase(agent_id=agent.pk, event_ids=list(scope.event_ids))
+    idempotent = idempotency_records_erase(agent_id=agent.pk, event_ids=scope.erased_events())
     purged = scope.event_ids - scope.own_event_ids
-    tombstones = events_redact(
+    purge = events_redact(
         agent=agent,
         event_ids=sorted(purged, key=str),
         reason=reason,
@@ -357,7 +371,7 @@ def _erase(
             **result.removed,
         },
         status=ErasureStatus.RESIDUE_FOUND,  # until the check after commit says otherwise
-        purge_event_id=tombstones[0].purge_event_id if tombstones else None,
+        purge_event_id=purge.purge_event_id,
         duration_ms=(time.perf_counter() - started) * 1000,
     )
     result.scope = scope
@@ -380,6 +394,7 @@ def residue_check(scope: ErasureScope) -> list[dict]:
             # Searches through the vector index filter by agent: keep walking
             # the graph until enough of the agent's rows are found.
             cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        scope.stage_events()
         findings = _ledger_residue(scope)
         for app in ERASERS:
             findings += app.residue(scope)
@@ -389,25 +404,26 @@ def residue_check(scope: ErasureScope) -> list[dict]:
 
 
 def _ledger_residue(scope: ErasureScope) -> list[dict]:
-    purged = list(scope.event_ids - scope.own_event_ids)
-    left = Event.objects.filter(agent=scope.agent, pk__in=purged).filter(
+    staged = scope.erased_events()
+    left = Event.objects.filter(agent=scope.agent, pk__in=staged).filter(
         Q(redacted_at__isnull=True)
         | ~Q(payload={})
         | ~Q(payload_salt="")
         | (Q(hash_version=2) & (~Q(actor="") | ~Q(session_id="") | ~Q(source_ref="")))
     )
-    untombstoned = Event.objects.filter(agent=scope.agent, pk__in=purged).exclude(
-        pk__in=Tombstone.objects.filter(event_id__in=purged).values("event_id")
+    untombstoned = Event.objects.filter(agent=scope.agent, pk__in=staged).exclude(
+        pk__in=Tombstone.objects.filter(event_id__in=staged).order_by().values("event_id")
     )
-    copies = Event.objects.filter(agent=scope.agent, pk__in=list(scope.own_event_ids)).annotate(
+    copies = Event.objects.filter(agent=scope.agent, pk__any=list(scope.own_event_ids)).annotate(
         payload_text=Cast("payload", TextField())
     )
     quoting = sum(
-        copies.filter(payload_text__icontains=probe).count() for probe in scope.text_probes()
+        copies.filter(payload_text__icontains=probe).order_by().count()
+        for probe in scope.text_probes()
     )
     return [
-        _count("ledger", "payload_or_labels_kept", left),
-        _count("ledger", "without_tombstone", untombstoned),
+        finding("ledger", "payload_or_labels_kept", left),
+        finding("ledger", "without_tombstone", untombstoned),
         {
             "projection": "ledger",
             "check": "erased_words_in_scrubbed_copies",
@@ -420,14 +436,11 @@ def _ledger_residue(scope: ErasureScope) -> list[dict]:
 def _idempotency_residue(scope: ErasureScope) -> list[dict]:
     from piper.api.models import IdempotencyRecord
 
+    staged = scope.erased_events()
     records = IdempotencyRecord.objects.filter(
         agent_id=scope.agent.pk,
-        event_ids__overlap=list(scope.event_ids),
+        event_ids__overlap=RawSQL(
+            f"ARRAY({staged.sql})", staged.params, output_field=ArrayField(UUIDField())
+        ),
     ).filter(Q(erased_at__isnull=True) | Q(response_body__isnull=False))
-    return [_count("idempotency_records", "answer_kept", records)]
-
-
-def _count(projection: str, check: str, qs) -> dict:
-    sample = [str(pk) for pk in qs.values_list("pk", flat=True)[:10]]
-    found = len(sample) if len(sample) < 10 else qs.count()
-    return {"projection": projection, "check": check, "found": found, "sample": sample}
+    return [finding("idempotency_records", "answer_kept", records)]

@@ -197,6 +197,7 @@ def _erases_everything(policy: RetentionPolicy) -> bool:
         Event.objects.filter(agent_id=policy.agent_id, redacted_at__isnull=True)
         .exclude(retention_class=RetentionClass.PERMANENT)
         .exclude(event_type__in=AUDIT_EVENT_TYPES)
+        .order_by()
         .count()
     )
     return reachable > 0 and expired_events(policy).count() == reachable
@@ -233,23 +234,32 @@ def _sweep_lock(agent_id: uuid.UUID) -> bool:
         return cursor.fetchone()[0]
 
 
-def _erasable(events: list[Event], agent: Agent, cutoff) -> tuple[list[uuid.UUID], int]:
+def _erasable(events: list[uuid.UUID], agent: Agent, cutoff) -> tuple[set[uuid.UUID], int]:
     """Of expired `events`, those whose erasure takes nothing younger than
-    `cutoff` and nothing under legal hold along; and how many were kept."""
-    ids = {e.pk for e in events}
+    `cutoff` and nothing under legal hold along, with every event that goes
+    with them (a closed set, for erasure_run); and how many were kept."""
+    ids = set(events)
 
     def blocking(extra: set[uuid.UUID]) -> bool:
-        return (
-            Event.objects.filter(pk__in=list(extra))
+        return bool(extra) and (
+            Event.objects.filter(pk__any=list(extra))
             .filter(Q(recorded_at__gte=cutoff) | Q(retention_class=RetentionClass.PERMANENT))
+            .order_by()
             .exists()
         )
 
-    if not blocking(with_dependents(agent, ids) - ids):
-        return sorted(ids, key=str), 0
+    closure = with_dependents(agent, ids)
+    if not blocking(closure - ids):
+        return closure, 0
     # Rare: find the ones that would take a younger or held event along.
-    keep = [e.pk for e in events if not blocking(with_dependents(agent, {e.pk}) - {e.pk})]
-    return keep, len(events) - len(keep)
+    closure, kept = set(), 0
+    for event in events:
+        own = with_dependents(agent, {event})
+        if blocking(own - {event}):
+            kept += 1
+        else:
+            closure |= own
+    return closure, kept
 
 
 def retention_sweep(
@@ -286,25 +296,30 @@ def retention_sweep(
             while True:
                 if time.monotonic() - started > budget_seconds:
                     result.more = (
-                        expired_events(policy, now=owner_now).exclude(pk__in=skip).exists()
+                        expired_events(policy, now=owner_now).exclude(pk__any=skip).exists()
                     )
                     return result
                 with transaction.atomic():
                     if not _sweep_lock(owner.pk):
                         result.skipped_locked += 1
                         break
-                    batch = list(expired_events(policy, now=owner_now).exclude(pk__in=skip)[:chunk])
+                    batch = list(
+                        expired_events(policy, now=owner_now)
+                        .exclude(pk__any=skip)
+                        .values_list("pk", flat=True)[:chunk]
+                    )
                     if not batch:
                         break
                     ids, kept = _erasable(batch, owner, cutoff)
                     result.kept += kept
-                    skip |= {e.pk for e in batch} - set(ids)
+                    skip |= set(batch) - ids
                     if not ids:
                         continue
                     erased = erasure_run(
                         agent=owner,
                         selector=Selector(),
-                        event_ids=ids,
+                        event_ids=sorted(ids, key=str),
+                        closed=True,
                         described_as={
                             "retention_policy": policy.name,
                             "policy_id": str(policy.pk),

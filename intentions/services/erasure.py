@@ -20,7 +20,7 @@ from typing import Any
 from django.db.models import Max, Q, TextField
 from django.db.models.functions import Cast
 
-from ledger.erasure import ErasureScope, allow_erasure_in_this_transaction
+from ledger.erasure import ErasureScope, allow_erasure_in_this_transaction, finding
 from ledger.services import event_append
 from piper.provenance import SourceType
 
@@ -39,22 +39,22 @@ SCRUBBED_FIELDS = ("description", "completion_criteria", "required_context", "tr
 
 
 def erase(scope: ErasureScope) -> None:
-    agent, ids = scope.agent, list(scope.event_ids)
+    agent, erased = scope.agent, scope.erased_events()
     allow_erasure_in_this_transaction()
 
-    intentions = Intention.objects.filter(agent=agent, source_event_id__in=ids)
+    intentions = Intention.objects.filter(agent=agent, source_event_id__in=erased)
     for description, criteria in intentions.values_list("description", "completion_criteria"):
         scope.add_texts([description, criteria])
     erased_intentions = [str(i) for i in intentions.values_list("id", flat=True)]
-    outbox = OutboxMessage.objects.filter(agent=agent, firing__intention_id__in=erased_intentions)
+    outbox = OutboxMessage.objects.filter(agent=agent, firing__intention_id__any=erased_intentions)
     scope.note_removed(OUTBOX, outbox.values_list("id", flat=True))
     outbox.delete()
     scope.note_removed(INTENTIONS, erased_intentions)
     intentions.delete()  # firings, transitions, dependencies, pending items: CASCADE
     # History rows of surviving intentions whose own event is erased.
-    Transition.objects.filter(intention__agent=agent, event_id__in=ids).delete()
+    Transition.objects.filter(intention__agent=agent, event_id__in=erased).delete()
 
-    states = WorkingState.objects.filter(agent=agent, source_event_id__in=ids)
+    states = WorkingState.objects.filter(agent=agent, source_event_id__in=erased)
     threads = set(states.values_list("thread_id", flat=True))
     for state in states.values_list("state", flat=True):
         scope.add_texts(_strings(state))
@@ -64,7 +64,7 @@ def erase(scope: ErasureScope) -> None:
         latest = WorkingState.objects.filter(thread_id=thread_id).aggregate(v=Max("version"))["v"]
         Thread.objects.filter(pk=thread_id).update(current_version=latest or 0)
 
-    handovers = Handover.objects.filter(agent=agent, succession_event_id__in=ids)
+    handovers = Handover.objects.filter(agent=agent, succession_event_id__in=erased)
     scope.add_texts(handovers.values_list("note", flat=True))
     scope.note_removed(HANDOVERS, handovers.values_list("id", flat=True))
     handovers.delete()
@@ -131,7 +131,7 @@ def _scrub_quotes(scope: ErasureScope) -> None:
             source_type=SourceType.OPERATOR,
         )
         scope.own_event_ids.add(event.pk)
-        scope.event_ids.add(state.source_event_id)
+        scope.add_events([state.source_event_id])
         WorkingState.objects.filter(pk=state.pk).update(
             state=clean,
             size_bytes=len(json.dumps(clean, separators=(",", ":"), ensure_ascii=False).encode()),
@@ -158,7 +158,7 @@ def _scrub_quotes(scope: ErasureScope) -> None:
             source_type=SourceType.OPERATOR,
         )
         scope.own_event_ids.add(event.pk)
-        scope.event_ids.add(intention.source_event_id)
+        scope.add_events([intention.source_event_id])
         Intention.objects.filter(pk=intention.pk).update(**clean, source_event=event)
         for message in OutboxMessage.objects.filter(firing__intention=intention):
             OutboxMessage.objects.filter(pk=message.pk).update(
@@ -168,28 +168,28 @@ def _scrub_quotes(scope: ErasureScope) -> None:
 
 
 def residue(scope: ErasureScope) -> list[dict]:
-    agent, ids = scope.agent, list(scope.event_ids - scope.own_event_ids)
+    agent, erased = scope.agent, scope.erased_events()
     probes = scope.text_probes()
     findings = [
-        _finding(
+        finding(
             INTENTIONS,
             "made_from_erased_event",
-            Intention.objects.filter(agent=agent, source_event_id__in=ids),
+            Intention.objects.filter(agent=agent, source_event_id__in=erased),
         ),
-        _finding(
+        finding(
             WORKING_STATES,
             "made_from_erased_event",
-            WorkingState.objects.filter(agent=agent, source_event_id__in=ids),
+            WorkingState.objects.filter(agent=agent, source_event_id__in=erased),
         ),
-        _finding(
+        finding(
             HANDOVERS,
             "made_from_erased_event",
-            Handover.objects.filter(agent=agent, succession_event_id__in=ids),
+            Handover.objects.filter(agent=agent, succession_event_id__in=erased),
         ),
     ]
     findings.append(
         {
-            **_finding(
+            **finding(
                 WORKING_STATES,
                 "erased_words",
                 _quoting(
@@ -201,7 +201,7 @@ def residue(scope: ErasureScope) -> list[dict]:
         }
     )
     findings.append(
-        _finding(
+        finding(
             INTENTIONS,
             "erased_words",
             _quoting(
@@ -219,7 +219,7 @@ def residue(scope: ErasureScope) -> list[dict]:
         )
     )
     findings.append(
-        _finding(
+        finding(
             OUTBOX,
             "erased_words",
             _quoting(
@@ -230,9 +230,3 @@ def residue(scope: ErasureScope) -> list[dict]:
         )
     )
     return findings
-
-
-def _finding(projection: str, check: str, qs) -> dict:
-    sample = [str(pk) for pk in qs.values_list("pk", flat=True)[:10]]
-    found = len(sample) if len(sample) < 10 else qs.count()
-    return {"projection": projection, "check": check, "found": found, "sample": sample}

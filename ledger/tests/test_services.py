@@ -368,12 +368,14 @@ class TestEventRedact:
             agent=agent,
             drafts=[EventDraft(event_type="a.b", payload={"n": n}) for n in range(4)],
         )
-        tombstones = events_redact(
+        purge = events_redact(
             agent=agent, event_ids=[events[2].pk, events[0].pk], reason="retention"
         )
+        assert (purge.purged, purge.skipped) == ([events[0].pk, events[2].pk], 0)
+        tombstones = purge.tombstones()
         assert [t.event_id for t in tombstones] == [events[0].pk, events[2].pk]
-        assert len({t.purge_event_id for t in tombstones}) == 1
-        purge = Event.objects.get(pk=tombstones[0].purge_event_id)
+        assert {t.purge_event_id for t in tombstones} == {purge.purge_event_id}
+        purge = Event.objects.get(pk=purge.purge_event_id)
         assert purge.payload == {
             "event_ids": [str(events[0].pk), str(events[2].pk)],
             "seqs": [1, 3],
@@ -407,13 +409,13 @@ class TestEventRedact:
             {"held_event_ids": [str(held.pk)], "held": 1},
         )
         assert ledger_state() == before
-        tombstones = events_redact(
+        done = events_redact(
             agent=agent,
             event_ids=[free.pk, held.pk],
             reason="erasure",
             legal_hold_lifted="court order 42 ended the hold",
         )
-        purge = Event.objects.get(pk=tombstones[0].purge_event_id)
+        purge = Event.objects.get(pk=done.purge_event_id)
         assert purge.payload["legal_hold_lifted"] == {
             "reason": "court order 42 ended the hold",
             "event_ids": [str(held.pk)],

@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db.models import UUIDField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from .models import IdempotencyRecord
@@ -44,12 +47,21 @@ def idempotency_records_purge(
             return deleted
 
 
-def idempotency_records_erase(*, agent_id: uuid.UUID, event_ids: Sequence[uuid.UUID]) -> int:
+def idempotency_records_erase(
+    *, agent_id: uuid.UUID, event_ids: Sequence[uuid.UUID] | RawSQL
+) -> int:
     """Drop the stored answers of the agent's writes that appended any of
-    `event_ids`, and mark them erased (a retry then gets 410, never a replay or
-    a new write). Returns how many records it marked; a second call marks none."""
-    if not event_ids:
+    `event_ids` (ids, or a subquery of them), and mark them erased (a retry
+    then gets 410, never a replay or a new write). Returns how many records it
+    marked; a second call marks none."""
+    if isinstance(event_ids, RawSQL):
+        erased = RawSQL(
+            f"ARRAY({event_ids.sql})", event_ids.params, output_field=ArrayField(UUIDField())
+        )
+    elif event_ids:
+        erased = list(event_ids)
+    else:
         return 0
     return IdempotencyRecord.objects.filter(
-        agent_id=agent_id, event_ids__overlap=list(event_ids), erased_at__isnull=True
+        agent_id=agent_id, event_ids__overlap=erased, erased_at__isnull=True
     ).update(response_body=None, erased_at=timezone.now())

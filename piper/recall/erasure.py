@@ -31,7 +31,7 @@ SELECT t.id FROM {RetrievalTrace._meta.db_table} t
               UNION ALL
               SELECT jsonb_array_elements_text(c->'current') FROM jsonb_array_elements(t.candidates) c
                WHERE jsonb_typeof(c->'current') = 'array'
-          ) refs WHERE refs.ref = ANY(%(ids)s::text[]))
+          ) refs WHERE refs.ref IN (SELECT id FROM erasure_row_ids))
         OR t.filters->>'actor' = ANY(%(actors)s::text[])
         OR EXISTS (
           SELECT 1 FROM unnest(%(probes)s::text[]) p
@@ -41,15 +41,21 @@ SELECT t.id FROM {RetrievalTrace._meta.db_table} t
 
 
 def _traces_naming(scope: ErasureScope) -> list:
-    ids = sorted(scope.all_removed_ids())
+    if not RetrievalTrace.objects.filter(agent=scope.agent).exists():
+        return []
     probes = scope.text_probes()
     actors = sorted(scope.actors)
-    if not ids and not probes and not actors:
-        return []
     with connection.cursor() as cursor:
+        # Every erased id, events and rows, in a table of this transaction: sent once.
         cursor.execute(
-            _NAMING, {"agent": scope.agent.pk, "ids": ids, "probes": probes, "actors": actors}
+            "CREATE TEMP TABLE IF NOT EXISTS erasure_row_ids (id text PRIMARY KEY) ON COMMIT DROP"
         )
+        cursor.execute("DELETE FROM erasure_row_ids")
+        cursor.execute(
+            "INSERT INTO erasure_row_ids SELECT DISTINCT unnest(%s::text[])",
+            [sorted(scope.all_removed_ids())],
+        )
+        cursor.execute(_NAMING, {"agent": scope.agent.pk, "probes": probes, "actors": actors})
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -57,18 +63,18 @@ def erase(scope: ErasureScope) -> None:
     traces = _traces_naming(scope)
     if not traces:
         return
-    feedback = RecallFeedback.objects.filter(agent=scope.agent, trace_id__in=traces)
-    scope.event_ids.update(feedback.values_list("source_event_id", flat=True))
+    feedback = RecallFeedback.objects.filter(agent=scope.agent, trace_id__any=traces)
+    scope.add_events(feedback.values_list("source_event_id", flat=True))
     scope.note_removed(FEEDBACK, feedback.values_list("id", flat=True))
     feedback.delete()
     scope.note_removed(TRACES, traces)
-    RetrievalTrace.objects.filter(pk__in=traces).delete()
+    RetrievalTrace.objects.filter(pk__any=traces).delete()
 
 
 def residue(scope: ErasureScope) -> list[dict]:
     left = _traces_naming(scope)
     feedback = RecallFeedback.objects.filter(
-        agent=scope.agent, source_event_id__in=list(scope.event_ids)
+        agent=scope.agent, source_event_id__in=scope.erased_events()
     )
     return [
         {

@@ -13,7 +13,7 @@ from __future__ import annotations
 from django.db import connection
 from django.db.models import Q
 
-from ledger.erasure import ErasureScope, allow_erasure_in_this_transaction
+from ledger.erasure import ErasureScope, allow_erasure_in_this_transaction, finding
 
 from ..models import (
     Execution,
@@ -30,35 +30,40 @@ VERSIONS = "skill_versions"
 VALIDATIONS = "skill_validations"
 EXECUTIONS = "skill_executions"
 PROVENANCE = "skill_provenance"  # links from surviving versions to erased evidence
-EPISODES = "episodes"  # the episodic eraser's name for the episodes it removed
+EPISODES = "episodes"
+MADE = "made_from_erased_event"  # the episodic eraser's name for the episodes it removed
 
 
 def erase(scope: ErasureScope) -> None:
-    agent, ids = scope.agent, list(scope.event_ids)
+    agent, erased = scope.agent, scope.erased_events()
     erased_episodes = [str(e) for e in scope.removed_ids(EPISODES)]
-    skills = Skill.objects.filter(agent=agent, source_event_id__in=ids)
+    skills = Skill.objects.filter(agent=agent, source_event_id__in=erased)
     versions = SkillVersion.objects.filter(agent=agent).filter(
-        Q(source_event_id__in=ids) | Q(skill__in=skills)
+        Q(source_event_id__in=erased) | Q(skill__in=skills)
     )
     version_ids = list(versions.values_list("id", flat=True))
     validations = Validation.objects.filter(agent=agent).filter(
-        Q(version_id__in=version_ids) | Q(source_event_id__in=ids) | Q(finish_event_id__in=ids)
+        Q(version_id__any=version_ids)
+        | Q(source_event_id__in=erased)
+        | Q(finish_event_id__in=erased)
     )
     executions = Execution.objects.filter(agent=agent).filter(
-        Q(version_id__in=version_ids) | Q(source_event_id__in=ids) | Q(finish_event_id__in=ids)
+        Q(version_id__any=version_ids)
+        | Q(source_event_id__in=erased)
+        | Q(finish_event_id__in=erased)
     )
     provenance = VersionProvenance.objects.filter(agent=agent).filter(
-        Q(version_id__in=version_ids) | Q(event_id__in=ids)
+        Q(version_id__any=version_ids) | Q(event_id__in=erased)
     )
     quoting = SkillVersion.objects.none()
     if erased_episodes:
         quoting = (
             SkillVersion.objects.filter(agent=agent)
-            .exclude(pk__in=version_ids)
+            .exclude(pk__any=version_ids)
             .filter(provenance_episodes__has_any_keys=erased_episodes)
         )
-    superseding = SkillVersion.objects.filter(agent=agent, supersedes_id__in=version_ids).exclude(
-        pk__in=version_ids
+    superseding = SkillVersion.objects.filter(agent=agent, supersedes_id__any=version_ids).exclude(
+        pk__any=version_ids
     )
     if not (
         version_ids
@@ -83,7 +88,9 @@ def erase(scope: ErasureScope) -> None:
     validations.delete()
     scope.note_removed(EXECUTIONS, executions.values_list("id", flat=True))
     executions.delete()
-    scope.note_removed(PROVENANCE, provenance.filter(event_id__in=ids).values_list("id", flat=True))
+    scope.note_removed(
+        PROVENANCE, provenance.filter(event_id__in=erased).values_list("id", flat=True)
+    )
     provenance.delete()
     # Surviving versions keep their other provenance, and lose links to what went.
     cut = list(quoting.values_list("id", "provenance_episodes"))
@@ -94,7 +101,7 @@ def erase(scope: ErasureScope) -> None:
     scope.note_removed(PROVENANCE, [f"{v}:episodes" for v, _ in cut])
     superseding.update(supersedes=None)
     if version_ids:
-        VersionTransition.objects.filter(version_id__in=version_ids).delete()
+        VersionTransition.objects.filter(version_id__any=version_ids).delete()
         with connection.cursor() as cursor:
             # Versions of one skill may supersede each other: one statement.
             cursor.execute(
@@ -103,44 +110,35 @@ def erase(scope: ErasureScope) -> None:
         scope.note_removed(VERSIONS, version_ids)
     gone = list(skills.values_list("id", flat=True))
     scope.note_removed(SKILLS, gone)
-    Skill.objects.filter(pk__in=gone).delete()
+    Skill.objects.filter(pk__any=gone).delete()
 
 
 def residue(scope: ErasureScope) -> list[dict]:
-    agent, ids = scope.agent, list(scope.event_ids)
+    agent, erased = scope.agent, scope.erased_events()
     erased_episodes = [str(e) for e in scope.removed_ids(EPISODES)]
     findings = [
-        _finding(SKILLS, Skill.objects.filter(agent=agent, source_event_id__in=ids)),
-        _finding(VERSIONS, SkillVersion.objects.filter(agent=agent, source_event_id__in=ids)),
-        _finding(
+        finding(SKILLS, MADE, Skill.objects.filter(agent=agent, source_event_id__in=erased)),
+        finding(VERSIONS, MADE, SkillVersion.objects.filter(agent=agent, source_event_id__in=erased)),
+        finding(
             VALIDATIONS,
+            MADE,
             Validation.objects.filter(agent=agent).filter(
-                Q(source_event_id__in=ids) | Q(finish_event_id__in=ids)
+                Q(source_event_id__in=erased) | Q(finish_event_id__in=erased)
             ),
         ),
-        _finding(
+        finding(
             EXECUTIONS,
+            MADE,
             Execution.objects.filter(agent=agent).filter(
-                Q(source_event_id__in=ids) | Q(finish_event_id__in=ids)
+                Q(source_event_id__in=erased) | Q(finish_event_id__in=erased)
             ),
         ),
-        _finding(PROVENANCE, VersionProvenance.objects.filter(agent=agent, event_id__in=ids)),
+        finding(PROVENANCE, MADE, VersionProvenance.objects.filter(agent=agent, event_id__in=erased)),
     ]
     links = (
         SkillVersion.objects.filter(agent=agent, provenance_episodes__has_any_keys=erased_episodes)
         if erased_episodes
         else SkillVersion.objects.none()
     )
-    findings.append({**_finding(PROVENANCE, links), "check": "links_to_erased_row"})
+    findings.append(finding(PROVENANCE, "links_to_erased_row", links))
     return findings
-
-
-def _finding(projection: str, qs) -> dict:
-    sample = [str(pk) for pk in qs.values_list("pk", flat=True)[:10]]
-    found = len(sample) if len(sample) < 10 else qs.count()
-    return {
-        "projection": projection,
-        "check": "made_from_erased_event",
-        "found": found,
-        "sample": sample,
-    }
