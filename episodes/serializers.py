@@ -13,6 +13,7 @@ from rest_framework import serializers
 
 from piper.api.serializers import (
     AwareDateTimeField,
+    PolicyClassesSerializer,
     QueryDateTimeField,
     StrictCharField,
     StrictFloatField,
@@ -59,7 +60,7 @@ def _vector(value) -> list[float] | None:
 # ------------------------------------------------------------------------ episodes
 
 
-class EpisodeInputSerializer(StrictSerializer):
+class EpisodeInputSerializer(PolicyClassesSerializer, StrictSerializer):
     occurred_at = AwareDateTimeField(help_text="When it happened (ISO 8601 with a time zone).")
     summary = _text(
         MAX_TEXT_CHARS,
@@ -253,7 +254,7 @@ class IncludeEmbeddingQuerySerializer(StrictSerializer):
 # ------------------------------------------------------------------------- sources
 
 
-class SourceIngestInputSerializer(StrictSerializer):
+class SourceIngestInputSerializer(PolicyClassesSerializer, StrictSerializer):
     title = StrictCharField(
         max_length=MAX_TITLE_CHARS,
         error_messages={"max_length": f"at most {MAX_TITLE_CHARS} characters"},

@@ -29,7 +29,13 @@ from ledger.models import ChainHead, Event, Source
 from ledger.services import EventDraft, event_append, events_append, source_register
 from piper.errors import InvalidInput, Unprocessable
 from piper.ids import uuid7
-from piper.provenance import DEFAULT_AUTHORITY_FOR_SOURCE, Authority, SourceType
+from piper.provenance import (
+    DEFAULT_AUTHORITY_FOR_SOURCE,
+    Authority,
+    PrivacyClass,
+    RetentionClass,
+    SourceType,
+)
 from piper.tenancy.models import Agent
 
 from . import chunking
@@ -87,6 +93,8 @@ class EpisodeDraft:
     authority: str | None = None
     # The raw event(s) this episode summarises, if they are already in the ledger.
     parent_event_id: uuid.UUID | None = None
+    privacy_class: str = PrivacyClass.INTERNAL
+    retention_class: str = RetentionClass.STANDARD
 
 
 def normalise_entities(names: Sequence[str]) -> list[str]:
@@ -326,6 +334,8 @@ def episodes_record(*, agent: Agent, drafts: Sequence[EpisodeDraft]) -> list[Epi
             authority=d.authority or DEFAULT_AUTHORITY_FOR_SOURCE[d.source_type],
             confidence=float(d.confidence),
             parent_event_id=d.parent_event_id,
+            privacy_class=d.privacy_class,
+            retention_class=d.retention_class,
         )
         for d, episode_id in zip(drafts, ids, strict=True)
     ]
@@ -386,6 +396,8 @@ def source_ingest(
     uri: str = "",
     media_type: str = "text/plain",
     actor: str = "",
+    privacy_class: str = PrivacyClass.INTERNAL,
+    retention_class: str = RetentionClass.STANDARD,
 ) -> tuple[Source, bool]:
     """Register a document (ledger.services.source_register) and chunk it, in one transaction.
 
@@ -403,7 +415,14 @@ def source_ingest(
         raise InvalidInput(f"{name}: {messages[0]}", details=errors)
     with transaction.atomic():
         source, created = source_register(
-            agent=agent, title=title, uri=uri, content=content, media_type=media_type, actor=actor
+            agent=agent,
+            title=title,
+            uri=uri,
+            content=content,
+            media_type=media_type,
+            actor=actor,
+            privacy_class=privacy_class,
+            retention_class=retention_class,
         )
         source_chunk(source=source, actor=actor)
     return source, created
@@ -432,6 +451,9 @@ def source_chunk(*, source: Source, actor: str = "") -> list[SourceChunk]:
         spans = chunking.split(content)
         if not spans:
             return []
+        registered = Event.objects.only("privacy_class", "retention_class").get(
+            pk=source.source_event_id
+        )
         payload = {
             "source_id": str(source.pk),
             "chunker": chunking.CHUNKER,
@@ -445,6 +467,9 @@ def source_chunk(*, source: Source, actor: str = "") -> list[SourceChunk]:
             source_type=SourceType.DOCUMENT,
             source_ref=source.uri if len(source.uri) <= MAX_LABEL_CHARS["source_ref"] else "",
             parent_event_id=source.source_event_id,
+            # A document's chunking is kept and seen as its registration is.
+            privacy_class=registered.privacy_class,
+            retention_class=registered.retention_class,
         )
         chunks = chunks_from_event(event, content=content)
         SourceChunk.objects.bulk_create(chunks)

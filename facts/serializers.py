@@ -16,6 +16,7 @@ from rest_framework import serializers
 from piper.api.serializers import (
     AwareDateTimeField,
     CommaListField,
+    PolicyClassesSerializer,
     QueryDateTimeField,
     StrictBooleanField,
     StrictCharField,
@@ -35,7 +36,7 @@ ENTITY_REF_HELP = "An entity id, or any of the entity's names (case-insensitive)
 # ------------------------------------------------------------------------ provenance
 
 
-class ProvenanceInputSerializer(StrictSerializer):
+class ProvenanceInputSerializer(PolicyClassesSerializer, StrictSerializer):
     """Who claims it, how they know, how sure they are (DESIGN §3)."""
 
     source_type = serializers.ChoiceField(
@@ -59,6 +60,8 @@ class ProvenanceInputSerializer(StrictSerializer):
         "confidence",
         "actor",
         "session_id",
+        "privacy_class",
+        "retention_class",
     )
 
     @classmethod

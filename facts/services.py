@@ -25,7 +25,7 @@ from ledger.models import Event
 from ledger.services import EventDraft, events_append, json_storage_error
 from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
 from piper.ids import uuid7
-from piper.provenance import Authority, SourceType, authority_rank
+from piper.provenance import Authority, PrivacyClass, RetentionClass, SourceType, authority_rank
 from piper.tenancy.models import Agent
 
 from . import projection as p
@@ -58,6 +58,8 @@ class Provenance:
     confidence: float = 1.0
     actor: str = ""
     session_id: str = ""
+    privacy_class: str = PrivacyClass.INTERNAL
+    retention_class: str = RetentionClass.STANDARD
 
     def draft(self, event_type: str, payload: dict) -> EventDraft:
         return EventDraft(
@@ -69,6 +71,8 @@ class Provenance:
             confidence=self.confidence,
             actor=self.actor,
             session_id=self.session_id,
+            privacy_class=self.privacy_class,
+            retention_class=self.retention_class,
         )
 
 

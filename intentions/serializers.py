@@ -17,6 +17,7 @@ from rest_framework import serializers
 
 from piper.api.serializers import (
     AwareDateTimeField,
+    PolicyClassesSerializer,
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
@@ -152,7 +153,7 @@ STATE_HELP = (
 )
 
 
-class WorkingStateWriteInputSerializer(StrictSerializer):
+class WorkingStateWriteInputSerializer(PolicyClassesSerializer, StrictSerializer):
     state = serializers.DictField(help_text=STATE_HELP)
     based_on = StrictIntegerField(
         min_value=0,
@@ -346,7 +347,7 @@ class RetryPolicySerializer(StrictSerializer):
     )
 
 
-class IntentionCreateInputSerializer(StrictSerializer):
+class IntentionCreateInputSerializer(PolicyClassesSerializer, StrictSerializer):
     description = StrictCharField(max_length=2000, help_text="What is to be done.")
     trigger_type = trigger_type()
     trigger_spec = JSONObjectField(

@@ -393,6 +393,8 @@ def source_register(
     content_hash: str = "",
     media_type: str = "text/plain",
     actor: str = "",
+    privacy_class: str = PrivacyClass.INTERNAL,
+    retention_class: str = RetentionClass.STANDARD,
 ) -> tuple[Source, bool]:
     """Register a document as evidence. Idempotent per content: returns (source, created)."""
     if content:
@@ -424,6 +426,8 @@ def source_register(
                 },
                 actor=actor,
                 source_type=SourceType.DOCUMENT,
+                privacy_class=privacy_class,
+                retention_class=retention_class,
                 # An event's source_ref holds 500 characters, a source's uri 2,000; the
                 # payload keeps the whole uri either way.
                 source_ref=uri

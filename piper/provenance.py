@@ -59,6 +59,10 @@ class PrivacyClass(models.TextChoices):
     SENSITIVE = "sensitive", "Sensitive"
 
 
+# Least to most private: an API key reads up to its clearance.
+PRIVACY_ORDER: tuple[str, ...] = ("public", "internal", "personal", "sensitive")
+
+
 class RetentionClass(models.TextChoices):
     EPHEMERAL = "ephemeral", "Ephemeral (days)"
     STANDARD = "standard", "Standard"

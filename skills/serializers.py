@@ -17,6 +17,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from piper.api.serializers import (
+    PolicyClassesSerializer,
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
@@ -147,7 +148,7 @@ class SkillProvenanceInputSerializer(StrictSerializer):
     )
 
 
-class VersionInputSerializer(StrictSerializer):
+class VersionInputSerializer(PolicyClassesSerializer, StrictSerializer):
     purpose = StrictCharField(max_length=2000, help_text="What the skill achieves.")
     scope = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
     trigger = JSONObjectField(help_text=TRIGGER_HELP)

@@ -207,8 +207,8 @@ class TestRecord:
                 {"occurred_at": "2026-03-02T09:00:00Z", "summary": "x", "mood": "grim"},
                 "mood: unknown field; allowed: action, actor, authority, confidence, entities, "
                 "environment, goal_id, observation, occurred_at, outcome, parent_event_id, "
-                "related_ids, salience, score, session_id, source_id, source_ref, source_type, "
-                "summary, task_id",
+                "privacy_class, related_ids, retention_class, salience, score, session_id, "
+                "source_id, source_ref, source_type, summary, task_id",
                 None,
             ),
             (
@@ -612,7 +612,7 @@ class TestSourceIngest:
             ({"title": "T", "content": DOC, "uri": "u" * 501}, "uri: at most 500 characters"),
             (
                 {"title": "T", "content": DOC, "content_hash": "0" * 64},
-                "content_hash: unknown field; allowed: actor, content, media_type, title, uri",
+                "content_hash: unknown field; allowed: actor, content, media_type, privacy_class, retention_class, title, uri",
             ),
             ({"title": 3, "content": DOC}, "title: Not a valid string."),
         ],

@@ -43,8 +43,8 @@ NAIVE_RULE = "must carry a time zone, e.g. 2026-01-31T09:00:00Z"
 PREDICATE_RULE = "lower-case words joined by '_' or '.', e.g. 'lives_in'"
 CLAIM_FIELDS = (
     "actor, authority, cardinality, confidence, object_entity, object_type, predicate, "
-    "session_id, source_ref, source_type, subject, subject_type, valid_from, valid_to, value, "
-    "value_type"
+    "privacy_class, retention_class, session_id, source_ref, source_type, subject, "
+    "subject_type, valid_from, valid_to, value, value_type"
 )
 T2020 = "2020-01-01T00:00:00Z"
 T2021 = "2021-01-01T00:00:00Z"
@@ -1049,8 +1049,8 @@ class TestRetract:
             (
                 {"reason": "x", "value": 1},
                 "value",
-                "unknown field; allowed: actor, authority, confidence, reason, session_id, "
-                "source_ref, source_type",
+                "unknown field; allowed: actor, authority, confidence, privacy_class, reason, "
+                "retention_class, session_id, source_ref, source_type",
             ),
         ],
     )

@@ -29,7 +29,7 @@ from django.utils.dateparse import parse_datetime
 
 from ledger.services import event_append, json_storage_error
 from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
-from piper.provenance import SourceType
+from piper.provenance import PrivacyClass, RetentionClass, SourceType
 from piper.tenancy.models import Agent
 
 from ..clock import now_for
@@ -62,6 +62,8 @@ class IntentionInput:
     retry_policy: dict = field(default_factory=dict)
     escalation_policy: dict = field(default_factory=dict)
     source_session: str = ""
+    privacy_class: str = PrivacyClass.INTERNAL
+    retention_class: str = RetentionClass.STANDARD
 
 
 def _ledger(intention: Intention, event_type: str, payload: dict):
@@ -201,6 +203,8 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
             },
             session_id=data.source_session,
             source_type=SourceType.AGENT_INFERENCE,
+            privacy_class=data.privacy_class,
+            retention_class=data.retention_class,
         )
         # Event triggers match only what happens after the intention exists.
         intention.armed_after_seq = intention.source_event.seq

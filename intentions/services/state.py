@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_datetime
 from ledger.services import event_append, json_storage_error
 from piper.api.rendering import RawJSON
 from piper.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
-from piper.provenance import SourceType
+from piper.provenance import PrivacyClass, RetentionClass, SourceType
 from piper.tenancy.models import Agent
 
 from ..clock import now_for
@@ -114,13 +114,14 @@ def _size(state: dict) -> int:
     return len(json.dumps(state, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-def _ledger(agent: Agent, event_type: str, payload: dict, session_id: str = "") -> Any:
+def _ledger(agent: Agent, event_type: str, payload: dict, session_id: str = "", **classes) -> Any:
     return event_append(
         agent=agent,
         event_type=event_type,
         payload=payload,
         session_id=session_id,
         source_type=SourceType.OBSERVATION,
+        **classes,
     )
 
 
@@ -157,7 +158,14 @@ def _locked_thread(agent: Agent, thread_id) -> Thread:
 
 
 def working_state_write(
-    *, agent: Agent, thread: Thread, state: dict, based_on: int, session_id: str = ""
+    *,
+    agent: Agent,
+    thread: Thread,
+    state: dict,
+    based_on: int,
+    session_id: str = "",
+    privacy_class: str = PrivacyClass.INTERNAL,
+    retention_class: str = RetentionClass.STANDARD,
 ) -> WorkingState:
     """Write a new version. Raises InvalidInput (shape), PayloadTooLarge (over
     MAX_STATE_BYTES), Conflict stale_version (another write got in after
@@ -200,6 +208,8 @@ def working_state_write(
             "working_state.written",
             {"thread_id": str(locked.pk), "thread": locked.key, "version": version, "state": state},
             session_id,
+            privacy_class=privacy_class,
+            retention_class=retention_class,
         )
         written = WorkingState.objects.create(
             agent=agent,

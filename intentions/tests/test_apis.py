@@ -644,7 +644,7 @@ class TestWorkingState:
             (
                 {"state": {}, "based_on": 0, "version": 1},
                 "version",
-                "unknown field; allowed: based_on, session_id, state",
+                "unknown field; allowed: based_on, privacy_class, retention_class, session_id, state",
             ),
         ],
     )

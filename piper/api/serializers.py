@@ -6,6 +6,8 @@ from datetime import UTC, datetime
 from django.utils import timezone
 from rest_framework import serializers
 
+from piper.provenance import PrivacyClass, RetentionClass
+
 
 def api_datetime(value: datetime | None) -> str | None:
     """A moment as every response writes it: ISO 8601 in UTC with 'Z' for +00:00
@@ -102,3 +104,24 @@ class CommaListField(serializers.ListField):
         if isinstance(data, str):
             data = [part.strip() for part in data.split(",")]
         return super().to_internal_value(data)
+
+
+class PolicyClassesSerializer(serializers.Serializer):
+    """The two policy classes every write takes (DESIGN §8), to mix into a
+    write's input: who may read it (privacy_class, against an API key's
+    clearance) and how long it is kept (retention_class, for the retention
+    sweep; 'permanent' is a legal hold)."""
+
+    privacy_class = serializers.ChoiceField(
+        choices=PrivacyClass.choices,
+        required=False,
+        default=PrivacyClass.INTERNAL,
+        help_text="Who may read it: an API key sees what is up to its clearance.",
+    )
+    retention_class = serializers.ChoiceField(
+        choices=RetentionClass.choices,
+        required=False,
+        default=RetentionClass.STANDARD,
+        help_text="How long it is kept: retention policies sweep by class; 'permanent' is "
+        "a legal hold.",
+    )

@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from piper.errors import NotFound
+from piper.provenance import PrivacyClass
 from piper.tenancy.models import ApiKey, Scope
 from piper.tenancy.selectors import api_key_list
 from piper.tenancy.services import api_key_create, api_key_revoke
@@ -58,6 +59,7 @@ class ApiKeyOutputSerializer(serializers.ModelSerializer):
             "prefix",
             "scopes",
             "rate_per_minute",
+            "clearance",
             "created_at",
             "last_used_at",
             "revoked_at",
@@ -75,6 +77,12 @@ class ApiKeyListApi(APIView):
             default=[Scope.READ, Scope.WRITE],
         )
         rate_per_minute = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+        clearance = serializers.ChoiceField(
+            choices=PrivacyClass.choices,
+            required=False,
+            default=PrivacyClass.PERSONAL,
+            help_text="The most private memories the key may read.",
+        )
 
     class CreatedSerializer(ApiKeyOutputSerializer):
         key = serializers.CharField(help_text="The secret. Shown once, never again.")

@@ -58,6 +58,7 @@ class RecallApi(APIView):
                 filters=data.get("filters"),
                 context=data["context"],
                 scopes=list(request.auth.scopes),
+                clearance=request.auth.clearance,
             )
             return Response(RecallOutputSerializer(result).data, status=status.HTTP_201_CREATED)
 

@@ -1,6 +1,8 @@
 from django import forms
 from django.contrib import admin, messages
 
+from piper.provenance import PrivacyClass
+
 from .models import Agent, ApiKey, Scope
 from .services import (
     agent_create,
@@ -70,6 +72,12 @@ class AgentAdmin(admin.ModelAdmin):
 
 
 class ApiKeyCreationForm(forms.ModelForm):
+    clearance = forms.ChoiceField(
+        choices=PrivacyClass.choices,
+        initial=PrivacyClass.PERSONAL,
+        required=False,
+        help_text="The most private memories the key may read; recall withholds the rest.",
+    )
     scopes = forms.MultipleChoiceField(
         choices=Scope.choices,
         initial=[Scope.READ, Scope.WRITE],
@@ -78,7 +86,7 @@ class ApiKeyCreationForm(forms.ModelForm):
 
     class Meta:
         model = ApiKey
-        fields = ["agent", "name", "scopes", "rate_per_minute"]
+        fields = ["agent", "name", "scopes", "rate_per_minute", "clearance"]
 
 
 @admin.register(ApiKey)
@@ -92,6 +100,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         "agent",
         "prefix",
         "scopes",
+        "clearance",
         "created_at",
         "last_used_at",
         "revoked_at",
@@ -103,6 +112,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         "prefix",
         "scopes",
         "rate_per_minute",
+        "clearance",
         "created_at",
         "last_used_at",
         "revoked_at",
@@ -129,6 +139,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
             name=form.cleaned_data["name"],
             scopes=form.cleaned_data["scopes"],
             rate_per_minute=form.cleaned_data.get("rate_per_minute"),
+            clearance=form.cleaned_data.get("clearance") or "personal",
         )
         obj.pk = api_key.pk
         messages.warning(request, f"New API key (shown once, store it now): {raw}")

@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models.functions import Now
 
 from piper.ids import uuid7
+from piper.provenance import PrivacyClass
 
 
 class Agent(models.Model):
@@ -69,6 +70,13 @@ class ApiKey(models.Model):
     scopes = ArrayField(
         models.CharField(max_length=10, choices=Scope.choices),
         help_text="read: GET; write: POST/PUT/PATCH/DELETE; admin: both, plus key management.",
+    )
+    clearance = models.CharField(
+        max_length=20,
+        choices=PrivacyClass.choices,
+        default=PrivacyClass.PERSONAL,
+        help_text="The most private class of memory the key may read (public < internal < "
+        "personal < sensitive); recall withholds the rest.",
     )
     rate_per_minute = models.PositiveIntegerField(
         null=True,

@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from piper.errors import Conflict, InvalidInput
+from piper.provenance import PrivacyClass
 
 from .models import Agent, ApiKey, Scope
 
@@ -76,13 +77,20 @@ def api_key_create(
     name: str,
     scopes: Iterable[str] = (Scope.READ, Scope.WRITE),
     rate_per_minute: int | None = None,
+    clearance: str = PrivacyClass.PERSONAL,
 ) -> tuple[ApiKey, str]:
     """Create a key and return it with the raw secret, which is never stored or shown again.
 
-    Raises InvalidInput for empty or unknown scopes or a rate that is not a positive integer.
+    Raises InvalidInput for empty or unknown scopes, a rate that is not a positive
+    integer, or an unknown clearance.
     """
     scopes = _normalise_scopes(scopes)
     _check_rate(rate_per_minute)
+    if clearance not in PrivacyClass.values:
+        raise InvalidInput(
+            f"clearance must be one of {PrivacyClass.values}",
+            details={"clearance": [f"one of {PrivacyClass.values}"]},
+        )
     raw_key = KEY_PREFIX + secrets.token_urlsafe(32)
     api_key = ApiKey.objects.create(
         agent=agent,
@@ -91,6 +99,7 @@ def api_key_create(
         key_hash=hash_key(raw_key),
         scopes=scopes,
         rate_per_minute=rate_per_minute,
+        clearance=clearance,
     )
     return api_key, raw_key
 

@@ -21,7 +21,7 @@ from ledger.models import Event
 from ledger.services import event_append, json_storage_error
 from piper import embeddings
 from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
-from piper.provenance import SourceType
+from piper.provenance import PrivacyClass, RetentionClass, SourceType
 from piper.tenancy.models import Agent, Scope
 
 from .. import conditions, tools
@@ -62,6 +62,8 @@ class VersionInput:
     holdout: list = field(default_factory=list)
     provenance_events: Sequence[uuid.UUID] = ()
     provenance_episodes: Sequence[str] = ()
+    privacy_class: str = PrivacyClass.INTERNAL
+    retention_class: str = RetentionClass.STANDARD
 
 
 def _invalid(name: str, message: str) -> InvalidInput:
@@ -299,6 +301,8 @@ def _write_version(
         actor=actor,
         session_id=session_id,
         source_type=SourceType.AGENT_INFERENCE,
+        privacy_class=data.privacy_class,
+        retention_class=data.retention_class,
     )
     version.save(force_insert=True)
     VersionProvenance.objects.bulk_create(
@@ -345,6 +349,8 @@ def skill_create(
                 actor=actor,
                 session_id=session_id,
                 source_type=SourceType.AGENT_INFERENCE,
+                privacy_class=data.privacy_class,
+                retention_class=data.retention_class,
             )
             skill = Skill.objects.create(agent=agent, name=name, source_event=event)
             version = _write_version(

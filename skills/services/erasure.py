@@ -118,7 +118,9 @@ def residue(scope: ErasureScope) -> list[dict]:
     erased_episodes = [str(e) for e in scope.removed_ids(EPISODES)]
     findings = [
         finding(SKILLS, MADE, Skill.objects.filter(agent=agent, source_event_id__in=erased)),
-        finding(VERSIONS, MADE, SkillVersion.objects.filter(agent=agent, source_event_id__in=erased)),
+        finding(
+            VERSIONS, MADE, SkillVersion.objects.filter(agent=agent, source_event_id__in=erased)
+        ),
         finding(
             VALIDATIONS,
             MADE,
@@ -133,7 +135,9 @@ def residue(scope: ErasureScope) -> list[dict]:
                 Q(source_event_id__in=erased) | Q(finish_event_id__in=erased)
             ),
         ),
-        finding(PROVENANCE, MADE, VersionProvenance.objects.filter(agent=agent, event_id__in=erased)),
+        finding(
+            PROVENANCE, MADE, VersionProvenance.objects.filter(agent=agent, event_id__in=erased)
+        ),
     ]
     links = (
         SkillVersion.objects.filter(agent=agent, provenance_episodes__has_any_keys=erased_episodes)

@@ -117,14 +117,15 @@ class TestCreate:
                 error(
                     "invalid",
                     "colour: unknown field; allowed: contraindications, entry_point, examples, "
-                    "holdout, name, parameter_schema, preconditions, procedure, provenance, purpose, "
-                    "required_permissions, required_tools, rollback, scope, session_id, trigger, validator",
+                    "holdout, name, parameter_schema, preconditions, privacy_class, procedure, "
+                    "provenance, purpose, required_permissions, required_tools, retention_class, "
+                    "rollback, scope, session_id, trigger, validator",
                     {
                         "colour": [
                             "unknown field; allowed: contraindications, entry_point, examples, "
-                            "holdout, name, parameter_schema, preconditions, procedure, provenance, "
-                            "purpose, required_permissions, required_tools, rollback, scope, "
-                            "session_id, trigger, validator"
+                            "holdout, name, parameter_schema, preconditions, privacy_class, "
+                            "procedure, provenance, purpose, required_permissions, required_tools, "
+                            "retention_class, rollback, scope, session_id, trigger, validator"
                         ]
                     },
                 ),

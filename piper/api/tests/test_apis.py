@@ -20,6 +20,7 @@ KEY_FIELDS = [
     "prefix",
     "scopes",
     "rate_per_minute",
+    "clearance",
     "created_at",
     "last_used_at",
     "revoked_at",
@@ -38,6 +39,7 @@ def key_body(api_key: ApiKey) -> dict:
         "prefix": api_key.prefix,
         "scopes": api_key.scopes,
         "rate_per_minute": api_key.rate_per_minute,
+        "clearance": api_key.clearance,
         "created_at": iso(api_key.created_at),
         "last_used_at": iso(api_key.last_used_at),
         "revoked_at": iso(api_key.revoked_at),
@@ -116,7 +118,7 @@ class TestKeys:
             (
                 {"name": "x", "agent": "other"},
                 "agent",
-                "unknown field; allowed: name, rate_per_minute, scopes",
+                "unknown field; allowed: clearance, name, rate_per_minute, scopes",
             ),
         ],
     )

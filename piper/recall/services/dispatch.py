@@ -19,6 +19,7 @@ from .facts import route_current_fact
 from .graph import route_multi_hop
 from .inputs import RecallFilters, check_filters, check_limit, check_query
 from .intentions import route_what_to_do
+from .privacy import cleared
 from .results import Answer, Ask, Evidence, QueryVector, RecallResult
 from .skills import route_how_to
 
@@ -74,6 +75,7 @@ def recall(
     context: dict | None = None,
     scopes: Sequence[str] | None = None,
     now: datetime | None = None,
+    clearance: str | None = None,
 ) -> RecallResult:
     """Answer `query` from the memory its route names, and trace it.
 
@@ -118,6 +120,18 @@ def recall(
         # conversation, not a recorded fact). An explicit route is never overridden.
         answer = HANDLERS[fallback](ask)
         decision = dataclasses.replace(decision, fallback=fallback)
+    # What the key may not read is dropped before anything is decided or traced.
+    answer.evidence, withheld = cleared(answer.evidence, clearance)
+    answer.near_misses, withheld_near = cleared(answer.near_misses, clearance)
+    if withheld or withheld_near:
+        answer.details = {**answer.details, "withheld": withheld + withheld_near}
+        answer.candidates = [
+            c
+            for c in answer.candidates
+            if str(c.get("id")) in {e.id for e in answer.evidence + answer.near_misses}
+        ]
+        if not answer.evidence:
+            answer.abstained = True
     abstained = answer.abstained if answer.abstained is not None else not answer.evidence
     # An abstaining store's evidence is only ever a near miss.
     evidence = [] if abstained else answer.evidence

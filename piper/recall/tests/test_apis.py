@@ -173,6 +173,7 @@ def test_what_happened(client_a):
         "confidence": 1.0,
         "occurred_at": "2026-10-03T02:00:00Z",
         "outcome": "failure",
+        "privacy_class": "internal",
     }
     assert oom["episode"]["summary"] == episodes[0].summary
     groups = {g["session_id"]: g["evidence"] for g in body["groups"]}
@@ -497,3 +498,45 @@ def test_feedback_for_an_unknown_recall_is_a_404(client_a):
     )
     assert response.status_code == 404
     assert written() == before
+
+
+# ------------------------------------------------------------------- clearance
+
+
+@pytest.mark.slow
+def test_a_key_reads_up_to_its_clearance_and_is_told_what_was_withheld(client_a):
+    """A sensitive episode is recalled for a key cleared for it, withheld (and
+    counted) for one that is not; the trace keeps nothing the key could not read."""
+    from piper.tenancy.services import api_key_create
+
+    agent = client_a.agent
+    [sensitive, ordinary] = episodes_record(
+        agent=agent,
+        drafts=[
+            EpisodeDraft(
+                occurred_at=datetime(2026, 10, 3, 2, 0, tzinfo=UTC),
+                summary="The payroll export for the board included salary bands per person",
+                privacy_class="sensitive",
+            ),
+            EpisodeDraft(
+                occurred_at=datetime(2026, 10, 4, 2, 0, tzinfo=UTC),
+                summary="The payroll export finished and was uploaded to the finance share",
+            ),
+        ],
+    )
+    episodes_embed(episode_ids=[sensitive.pk, ordinary.pk])
+    body = {"query": "What happened with the payroll export?", "route": "what_happened"}
+
+    plain = ok(ask(client_a, body))  # the default clearance is personal
+    shown = {e["id"] for e in plain["evidence"] + plain["near_misses"]}
+    assert str(sensitive.pk) not in shown and str(ordinary.pk) in shown
+    assert plain["details"]["withheld"] == 1
+    trace = RetrievalTrace.objects.get(pk=plain["id"])
+    assert str(sensitive.pk) not in str(trace.candidates) + str(trace.returned)
+
+    _, raw = api_key_create(agent=agent, name="hr", scopes=["read", "write"], clearance="sensitive")
+    cleared = make_client.__globals__["AgentClient"](agent, raw, None)
+    full = ok(ask(cleared, body))
+    found = {e["id"]: e for e in full["evidence"] + full["near_misses"]}
+    assert found[str(sensitive.pk)]["memory_status"]["privacy_class"] == "sensitive"
+    assert "withheld" not in full["details"]

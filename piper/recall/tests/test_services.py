@@ -82,6 +82,7 @@ class TestCurrentFact:
             "needs_recheck": False,
             "superseded_by": None,
             "contested_by": [],
+            "privacy_class": "internal",
         }
         assert event.payload["value"] == "Tuesday 14:00"
 

@@ -157,6 +157,7 @@ class TestApiKeyAdmin:
             "name",
             "scopes",
             "rate_per_minute",
+            "clearance",
         ]
 
     def test_add_without_scopes_is_a_form_error(self, admin_client):
