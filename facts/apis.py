@@ -227,14 +227,19 @@ class PredicateDetailApi(APIView):
         return idempotent_write(request, write)
 
 
+def _policy(agent) -> dict:
+    order = selectors.authority_order(agent=agent)
+    admit_from = selectors.admission_threshold(agent=agent)
+    return AuthorityOrderSerializer({"order": list(order), "admit_from": admit_from}).data
+
+
 class AuthorityOrderApi(APIView):
     @extend_schema(
         responses=AuthorityOrderSerializer,
         summary="The authority precedence in force, most trusted first",
     )
     def get(self, request):
-        order = selectors.authority_order(agent=request.user)
-        return Response(AuthorityOrderSerializer({"order": list(order)}).data)
+        return Response(_policy(request.user))
 
     @extend_schema(
         request=AuthorityOrderSerializer,
@@ -248,9 +253,10 @@ class AuthorityOrderApi(APIView):
     def put(self, request):
         def write():
             data = body_data(AuthorityOrderSerializer, request)
-            services.authority_order_set(agent=request.user, order=data["order"])
-            order = selectors.authority_order(agent=request.user)
-            return Response(AuthorityOrderSerializer({"order": list(order)}).data)
+            services.authority_order_set(
+                agent=request.user, order=data["order"], admit_from=data["admit_from"]
+            )
+            return Response(_policy(request.user))
 
         return idempotent_write(request, write)
 

@@ -370,6 +370,15 @@ class AuthorityPolicy(models.Model):
         Agent, on_delete=models.PROTECT, primary_key=True, related_name="+"
     )
     order = ArrayField(models.CharField(max_length=20, choices=Authority.choices))
+    admit_from = models.CharField(
+        max_length=20,
+        choices=Authority.choices,
+        blank=True,
+        default="",
+        help_text="The least trusted authority whose unopposed claim becomes the believed "
+        "value; a claim ranked below it is kept as contested until a trusted source says the "
+        "same or an operator accepts it. Empty: every claim is admitted.",
+    )
     updated_at = models.DateTimeField()
     source_event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
 

@@ -108,6 +108,16 @@ def lock_pairs(agent_id: uuid.UUID, pairs: Iterable[tuple[Any, Any]]) -> None:
         )
 
 
+def admission_for(agent_id: uuid.UUID) -> str:
+    """The agent's admission threshold (AuthorityPolicy.admit_from), or "" for none."""
+    return (
+        AuthorityPolicy.objects.filter(agent_id=agent_id)
+        .values_list("admit_from", flat=True)
+        .first()
+        or ""
+    )
+
+
 def authority_order_for(agent_id: uuid.UUID) -> tuple[str, ...]:
     policy = AuthorityPolicy.objects.filter(agent_id=agent_id).only("order").first()
     if policy is None:
@@ -194,10 +204,12 @@ def _predicate_defined(event: Event, store: Store) -> Applied:
 
 def _authority_order_set(event: Event, store: Store) -> Applied:
     store.orders.pop(event.agent_id, None)
+    store.admissions.pop(event.agent_id, None)
     policy, _ = AuthorityPolicy.objects.update_or_create(
         agent_id=event.agent_id,
         defaults={
             "order": event.payload["order"],
+            "admit_from": event.payload.get("admit_from", ""),
             "updated_at": event.recorded_at,
             "source_event": event,
         },
@@ -312,6 +324,7 @@ class Store:
         self.aliases: list[EntityAlias] = []
         self.predicates: dict[uuid.UUID, Predicate] = {}
         self.orders: dict[uuid.UUID, tuple[str, ...]] = {}
+        self.admissions: dict[uuid.UUID, str] = {}
 
     # reads ---------------------------------------------------------------
 
@@ -324,6 +337,11 @@ class Store:
         if agent_id not in self.orders:
             self.orders[agent_id] = authority_order_for(agent_id)
         return self.orders[agent_id]
+
+    def admission(self, agent_id: uuid.UUID) -> str:
+        if agent_id not in self.admissions:
+            self.admissions[agent_id] = admission_for(agent_id)
+        return self.admissions[agent_id]
 
     def preload(
         self,
@@ -501,6 +519,7 @@ class Store:
         """Drop every cache (after flush), e.g. when a predicate's definition changed."""
         self.flush()
         self.pairs, self.facts, self.predicates, self.orders = {}, {}, {}, {}
+        self.admissions = {}
 
 
 class _Writer:
@@ -511,9 +530,14 @@ class _Writer:
         self.ids = _Ids(event)
         self.now = event.recorded_at
         self.order = store.authority_order(event.agent_id)
+        self.admit_from = store.admission(event.agent_id)
 
     def rank(self, authority: str) -> int:
         return authority_rank(authority, self.order)
+
+    def unvetted(self, authority: str) -> bool:
+        """Below the agent's admission threshold: never believed on its own word."""
+        return bool(self.admit_from) and self.rank(authority) < self.rank(self.admit_from)
 
     def state(
         self, subject_id: uuid.UUID, predicate_id: uuid.UUID, since: datetime | None = None
@@ -664,13 +688,15 @@ class _Writer:
         return resolved
 
     def contest(
-        self, claim: Claim, start, end, against: Fact, *, origin: str = FactOrigin.ASSERTED
+        self, claim: Claim, start, end, against: Fact | None, *, origin: str = FactOrigin.ASSERTED
     ) -> Applied:
-        """Store a claim that a stronger believed version outranks. The same claim
-        again adds evidence to the open contest instead of queueing a copy."""
+        """Store a claim that a stronger believed version outranks — or, against
+        None, one below the admission threshold that nothing opposes. The same
+        claim again adds evidence to the open contest instead of queueing a copy."""
+        against_id = against.pk if against is not None else None
         for open_contest in self.contests(claim.subject_id, claim.predicate.pk):
             if (
-                open_contest.contests_id == against.pk
+                open_contest.contests_id == against_id
                 and claim.same_object(open_contest)
                 and _covers(open_contest, start, end)
                 and self.rank(claim.authority) <= self.rank(open_contest.authority)
@@ -683,7 +709,7 @@ class _Writer:
             valid_to=end,
             status=FactStatus.CONTESTED,
             origin=origin,
-            contests_id=against.pk,
+            contests_id=against_id,
         )
         return Applied(Outcome.CONTESTED, fact=fact)
 
@@ -734,6 +760,10 @@ def _asserted(event: Event, store: Store) -> Applied:
             return Applied(Outcome.CONFIRMED, fact=same)
         against = max(stronger, key=lambda f: (w.rank(f.authority), f.valid_from))
         return w.contest(claim, start, end, against)
+    if w.unvetted(claim.authority):
+        # Kept as evidence, not believed: contested against what it would replace (if anything).
+        against = max(overlapping, key=lambda f: w.rank(f.authority)) if overlapping else None
+        return w.contest(claim, start, end, against)
     return w.supersede(claim, overlapping, start, end, origin=FactOrigin.ASSERTED)
 
 
@@ -746,6 +776,8 @@ def _assert_many(w: _Writer, claim: Claim, believed: list[Fact]) -> Applied:
     if covering and w.rank(claim.authority) <= w.rank(covering.authority):
         w.confirm(covering)
         return Applied(Outcome.CONFIRMED, fact=covering)
+    if w.unvetted(claim.authority):
+        return w.contest(claim, start, end, covering)
     return _merge_many(w, claim, start, end, same, replaced=[], origin=FactOrigin.ASSERTED)
 
 
@@ -1076,6 +1108,7 @@ class _ReplayStore(Store):
     def __init__(self, agent_id: uuid.UUID) -> None:
         super().__init__()
         self.orders[agent_id] = AUTHORITY_ORDER
+        self.admissions[agent_id] = ""
 
     def define(self, event: Event) -> None:
         self.forget()  # cached versions carry the old cardinality
@@ -1093,9 +1126,10 @@ class _ReplayStore(Store):
     def order_from(self, event: Event) -> None:
         order = tuple(event.payload["order"])
         self.orders[event.agent_id] = order + tuple(a for a in AUTHORITY_ORDER if a not in order)
+        self.admissions[event.agent_id] = event.payload.get("admit_from", "")
 
     def forget(self) -> None:
-        # Keep the historical definitions and order across the flush.
-        predicates, orders = self.predicates, self.orders
+        # Keep the historical definitions, order and admission across the flush.
+        predicates, orders, admissions = self.predicates, self.orders, self.admissions
         super().forget()
-        self.predicates, self.orders = predicates, orders
+        self.predicates, self.orders, self.admissions = predicates, orders, admissions

@@ -23,7 +23,7 @@ from piper.errors import InvalidInput, NotFound
 from piper.tenancy.models import Agent
 
 from .models import Entity, EntityAlias, Fact, FactStatus, Predicate
-from .projection import authority_order_for
+from .projection import admission_for, authority_order_for
 
 BELIEVED = Q(status=FactStatus.ACTIVE, superseded_at__isnull=True)
 OPEN_CONTEST = Q(status=FactStatus.CONTESTED, superseded_at__isnull=True)
@@ -376,3 +376,8 @@ def graph_paths(
 def authority_order(*, agent: Agent) -> tuple[str, ...]:
     """The agent's precedence of authorities in force, most trusted first."""
     return authority_order_for(agent.pk)
+
+
+def admission_threshold(*, agent: Agent) -> str:
+    """The least trusted authority believed on its own word ("" for every one)."""
+    return admission_for(agent.pk)

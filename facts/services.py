@@ -392,10 +392,17 @@ def _check_redefinition(current: Predicate, definition: dict) -> None:
 
 
 def authority_order_set(
-    *, agent: Agent, order: Sequence[str], provenance: Provenance = OPERATOR
+    *,
+    agent: Agent,
+    order: Sequence[str],
+    admit_from: str = "",
+    provenance: Provenance = OPERATOR,
 ) -> AuthorityPolicy:
-    """Set the agent's precedence of authorities, most trusted first. Levels left
-    out rank below the listed ones."""
+    """Set the agent's precedence of authorities, most trusted first (levels left
+    out rank below the listed ones), and its admission threshold: with
+    `admit_from`, a claim ranked below that level never becomes the believed
+    value on its own word — it is kept as contested (in the operator's queue)
+    until a trusted source says so or an operator accepts it."""
     order = list(order)
     unknown = [a for a in order if a not in Authority.values]
     if not order or unknown or len(set(order)) != len(order):
@@ -403,9 +410,15 @@ def authority_order_set(
             f"order must list distinct authority levels from {Authority.values}",
             details={"order": [f"unknown level {a!r}" for a in unknown] or ["empty or repeated"]},
         )
+    if admit_from and admit_from not in Authority.values:
+        raise InvalidInput(
+            f"admit_from must be one of {Authority.values}, or empty to admit every claim",
+            details={"admit_from": [f"unknown level {admit_from!r}"]},
+        )
+    payload = {"order": order, **({"admit_from": admit_from} if admit_from else {})}
     with transaction.atomic():
         return _append_and_apply(
-            agent=agent, drafts=[provenance.draft(p.AUTHORITY_ORDER_SET, {"order": order})]
+            agent=agent, drafts=[provenance.draft(p.AUTHORITY_ORDER_SET, payload)]
         )[0].obj
 
 

@@ -389,7 +389,10 @@ class TestPredicates:
 
 class TestAuthorityOrder:
     def test_default(self, client_a):
-        assert ok(client_a.get("/api/v1/facts/authority-order")) == {"order": list(AUTHORITY_ORDER)}
+        assert ok(client_a.get("/api/v1/facts/authority-order")) == {
+            "order": list(AUTHORITY_ORDER),
+            "admit_from": "",
+        }
 
     def test_set_and_it_decides_later_claims(self, client_a):
         claim(
@@ -411,7 +414,8 @@ class TestAuthorityOrder:
                 "system_observation",
                 "agent_inference",
                 "third_party",
-            ]
+            ],
+            "admit_from": "",
         }
         assert (response.status_code, response.json()) == (200, expected)
         assert ok(client_a.get("/api/v1/facts/authority-order")) == expected
@@ -2074,7 +2078,10 @@ class TestTenantIsolation:
         assert ok(client_b.get("/api/v1/predicates"))["results"] == []
         assert ok(client_b.get("/api/v1/facts/contested"))["results"] == []
         assert ok(client_b.get("/api/v1/entities/search", {"q": "Alice"})) == {"results": []}
-        assert ok(client_b.get("/api/v1/facts/authority-order")) == {"order": list(AUTHORITY_ORDER)}
+        assert ok(client_b.get("/api/v1/facts/authority-order")) == {
+            "order": list(AUTHORITY_ORDER),
+            "admit_from": "",
+        }
 
         # B's own Alice, with the same names as A's: B sees only its own facts about her.
         mine = claim(
@@ -2110,3 +2117,20 @@ class TestTenantIsolation:
         assert ok(client_b.get("/api/v1/entities"))["results"] == [
             entity_body(e) for e in Entity.objects.filter(agent=client_b.agent).order_by("-pk")
         ]
+
+
+def test_an_admission_threshold_keeps_unvetted_claims_out_of_current(client_a):
+    """PUT /facts/authority-order with admit_from: a third party's unopposed word
+    is stored as a contest, not as the current value."""
+    response = put(
+        client_a,
+        "/api/v1/facts/authority-order",
+        {"order": ["operator", "user_statement"], "admit_from": "tool_result"},
+    )
+    assert response.json()["admit_from"] == "tool_result"
+    rumour = claim(
+        client_a, subject="Bo", predicate="lives_in", value="Atlantis", source_type="third_party"
+    )
+    assert rumour["outcome"] == "contested"
+    current = client_a.get("/api/v1/facts/current", {"subject": "Bo", "predicate": "lives_in"})
+    assert current.status_code == 404 or current.json()["facts"] == []

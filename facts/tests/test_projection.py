@@ -254,3 +254,23 @@ def test_the_store_reads_old_history_only_when_a_claim_reaches_back():
     assert (cities(state), state.loaded_from) == (["Paris", "Rome"], at(2019))
     store.state(agent.pk, alice.pk, predicate.pk)
     assert (cities(state), state.loaded_from) == (["Lyon", "Paris", "Rome"], None)
+
+
+def test_a_rebuild_reproduces_what_the_admission_threshold_decided():
+    """Claims below the threshold were kept as contests while it held, and
+    believed before it was set: a replay decides each as it was decided then."""
+    agent = AgentFactory(name="admission")
+    claim(agent, "Dana", "lives_in", "Quito", at(2020), authority=TP)  # admitted: no threshold yet
+    authority_order_set(agent=agent, order=[OP, US], admit_from=US)
+    claim(agent, "Dana", "lives_in", "Lagos", at(2021), authority=TP)  # below: contested
+    claim(agent, "Eli", "lives_in", "Perth", at(2021), authority=AI)  # unopposed, below: contested
+    claim(agent, "Eli", "lives_in", "Perth", at(2021), authority=US)  # a trusted word: believed
+    before = snapshot(agent=agent)
+    assert {
+        s for *_, s in Fact.objects.filter(agent=agent).values_list("object_value", "status")
+    } >= {
+        "active",
+        "contested",
+    }
+    rebuild_projection(agent=agent)
+    assert snapshot(agent=agent) == before

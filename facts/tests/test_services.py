@@ -418,6 +418,73 @@ class TestReassert:
 # ------------------------------------------------------------------------ authority
 
 
+class TestAdmission:
+    """An agent may refuse to believe low-authority claims on their own word
+    (authority_order_set(admit_from=…)): they are kept as contested evidence
+    until a trusted source says the same or an operator accepts them."""
+
+    TP = Authority.THIRD_PARTY
+
+    def test_an_unopposed_claim_below_the_threshold_is_kept_but_not_believed(self, agent, alice):
+        authority_order_set(
+            agent=agent, order=list(Authority.values), admit_from=Authority.TOOL_RESULT
+        )
+        applied = claim(agent, alice, "lives_in", "Atlantis", at(2020), authority=self.TP)
+        assert (applied.outcome, applied.fact.status, applied.fact.contests_id) == (
+            "contested",
+            "contested",
+            None,
+        )
+        assert current(agent, alice) == []
+        assert [f.pk for f in selectors.contested_queue(agent=agent)] == [applied.fact.pk]
+        # The same claim again adds evidence to the same contest.
+        again = claim(agent, alice, "lives_in", "Atlantis", at(2020), authority=self.TP)
+        assert (again.outcome, again.fact.pk) == ("contested", applied.fact.pk)
+
+    def test_a_trusted_source_then_decides_and_closes_the_unvetted_claim(self, agent, alice):
+        authority_order_set(
+            agent=agent, order=list(Authority.values), admit_from=Authority.TOOL_RESULT
+        )
+        rumour = claim(agent, alice, "lives_in", "Atlantis", at(2020), authority=self.TP).fact
+        claim(agent, alice, "lives_in", "Lima", at(2020), authority=US)
+        assert current(agent, alice) == ["Lima"]
+        rumour.refresh_from_db()
+        assert (rumour.status, rumour.superseded_at is not None) == ("contested", True)
+        assert selectors.contested_queue(agent=agent).count() == 0
+
+    def test_an_operator_may_accept_it(self, agent, alice):
+        authority_order_set(
+            agent=agent, order=list(Authority.values), admit_from=Authority.TOOL_RESULT
+        )
+        rumour = claim(agent, alice, "lives_in", "Atlantis", at(2020), authority=self.TP).fact
+        contest_resolve(agent=agent, fact_id=rumour.pk, accept=True)
+        assert current(agent, alice) == ["Atlantis"]
+
+    def test_claims_at_or_above_the_threshold_are_believed_as_before(self, agent, alice):
+        authority_order_set(
+            agent=agent, order=list(Authority.values), admit_from=Authority.TOOL_RESULT
+        )
+        assert (
+            claim(
+                agent, alice, "lives_in", "Lima", at(2020), authority=Authority.TOOL_RESULT
+            ).outcome
+            == "created"
+        )
+        assert current(agent, alice) == ["Lima"]
+
+    def test_without_a_threshold_every_claim_is_admitted(self, agent, alice):
+        assert (
+            claim(agent, alice, "lives_in", "Atlantis", at(2020), authority=self.TP).outcome
+            == "created"
+        )
+        assert current(agent, alice) == ["Atlantis"]
+
+    def test_an_unknown_threshold_is_refused(self, agent):
+        with pytest.raises(InvalidInput) as caught:
+            authority_order_set(agent=agent, order=[OP], admit_from="gossip")
+        assert caught.value.details == {"admit_from": ["unknown level 'gossip'"]}
+
+
 class TestAuthority:
     def test_lower_authority_claim_is_contested_and_changes_nothing(self, agent, alice):
         paris = claim(agent, alice, "lives_in", "Paris", at(2020), authority=OP).fact
