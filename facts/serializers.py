@@ -175,9 +175,9 @@ class AuthorityOrderSerializer(StrictSerializer):
         help_text="Authority levels, most trusted first. Levels left out rank below the listed "
         "ones, in the default order.",
     )
-    admit_from = serializers.ChoiceField(
-        choices=[("", "every claim"), *Authority.choices],
+    admit_from = AuthorityLevelField(
         required=False,
+        allow_blank=True,
         default="",
         help_text="The admission threshold: a claim ranked below this level is never believed "
         "on its own word — it is kept as contested until a trusted source says the same or "
