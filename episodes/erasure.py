@@ -17,6 +17,7 @@ from django.db import connection
 
 from ledger.erasure import ErasureScope, finding
 from ledger.models import Event, Source
+from piper.lookups import uuid_array
 from piper.tenancy.models import Agent
 
 from .actor_graphs import actor_graph_drop
@@ -136,7 +137,7 @@ def erase(scope: ErasureScope) -> None:
                 "  SELECT r FROM unnest(related_ids) AS r WHERE r <> ALL(%s::uuid[]))"
                 " WHERE agent_id = %s AND related_ids <> '{}'"
                 " AND related_ids && %s::uuid[] RETURNING id",
-                [erased, agent.pk, erased],
+                [uuid_array(erased), agent.pk, uuid_array(erased)],
             )
             scope.note_removed(EPISODE_LINKS, [row[0] for row in cursor.fetchall()])
 
@@ -144,7 +145,9 @@ def erase(scope: ErasureScope) -> None:
 def _delete(model, ids: list) -> None:
     """One statement, no rows loaded into Python (the ORM would fetch each, vector included)."""
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE id = ANY(%s)", [ids])
+        cursor.execute(
+            f"DELETE FROM {model._meta.db_table} WHERE id = ANY(%s::uuid[])", [uuid_array(ids)]
+        )
 
 
 def residue(scope: ErasureScope) -> list[dict]:
@@ -223,7 +226,7 @@ def _linkedfinding(agent: Agent, erased_episodes: list) -> dict:
         cursor.execute(
             f"SELECT id FROM {Episode._meta.db_table} WHERE agent_id = %s "
             "AND related_ids <> '{}' AND related_ids && %s::uuid[] LIMIT 10",
-            [agent.pk, erased_episodes],
+            [agent.pk, uuid_array(erased_episodes)],
         )
         sample = [str(row[0]) for row in cursor.fetchall()]
     return {

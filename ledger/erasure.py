@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db.models.expressions import RawSQL
 
+from piper.lookups import uuid_array
 from piper.tenancy.models import Agent
 
 # The erased words the residue check searches for: at most this many, the
@@ -72,7 +73,8 @@ class ErasureScope:
             )
             cursor.execute(f"DELETE FROM {EVENTS_TABLE}")
             cursor.execute(
-                f"INSERT INTO {EVENTS_TABLE} SELECT unnest(%s::uuid[])", [list(self.event_ids)]
+                f"INSERT INTO {EVENTS_TABLE} SELECT unnest(%s::uuid[])",
+                [uuid_array(self.event_ids)],
             )
         self._staged = True
 
@@ -86,7 +88,7 @@ class ErasureScope:
             with connection.cursor() as cursor:
                 cursor.execute(
                     f"INSERT INTO {EVENTS_TABLE} SELECT unnest(%s::uuid[]) ON CONFLICT DO NOTHING",
-                    [list(new)],
+                    [uuid_array(new)],
                 )
 
     @staticmethod

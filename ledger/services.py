@@ -22,6 +22,7 @@ from piper import appends
 from piper.canonical import sha256_hex
 from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
 from piper.ids import uuid7
+from piper.lookups import uuid_array
 from piper.provenance import (
     DEFAULT_AUTHORITY_FOR_SOURCE,
     Authority,
@@ -311,8 +312,8 @@ def events_redact(
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"SELECT id, seq, retention_class, redacted_at IS NOT NULL FROM {table} "
-            "WHERE agent_id = %s AND id = ANY(%s) ORDER BY seq FOR UPDATE",
-            [agent.pk, wanted],
+            "WHERE agent_id = %s AND id = ANY(%s::uuid[]) ORDER BY seq FOR UPDATE",
+            [agent.pk, uuid_array(wanted)],
         )
         rows = cursor.fetchall()
         if len(rows) != len(wanted):
@@ -337,8 +338,8 @@ def events_redact(
             "actor = CASE WHEN hash_version = 1 THEN actor ELSE '' END, "
             "session_id = CASE WHEN hash_version = 1 THEN session_id ELSE '' END, "
             "source_ref = CASE WHEN hash_version = 1 THEN source_ref ELSE '' END "
-            "WHERE agent_id = %s AND id = ANY(%s)",
-            [agent.pk, ids],
+            "WHERE agent_id = %s AND id = ANY(%s::uuid[])",
+            [agent.pk, uuid_array(ids)],
         )
         cursor.execute("SELECT set_config(%s, 'off', true)", [PURGE_SETTING])
         purge_payload: dict[str, Any] = {
@@ -360,7 +361,14 @@ def events_redact(
             "(id, agent_id, event_id, reason, requested_by, purge_event_id, created_at) "
             "SELECT t.id, %s, t.event_id, %s, %s, %s, now() "
             "FROM unnest(%s::uuid[], %s::uuid[]) AS t(id, event_id)",
-            [agent.pk, reason, requested_by, purge_event.pk, [uuid7() for _ in ids], ids],
+            [
+                agent.pk,
+                reason,
+                requested_by,
+                purge_event.pk,
+                uuid_array(uuid7() for _ in ids),
+                uuid_array(ids),
+            ],
         )
         return Purge(purge_event.pk, ids, len(rows) - len(ids))
 

@@ -8,7 +8,7 @@ uuids, docs/benchmarks.md). One array parameter is compiled and bound once.
 
 from __future__ import annotations
 
-from django.db.models import Field, ForeignKey, ForeignObject, Lookup
+from django.db.models import Field, ForeignKey, ForeignObject, Lookup, UUIDField
 
 
 class AnyOf(Lookup):
@@ -17,7 +17,10 @@ class AnyOf(Lookup):
 
     def get_db_prep_lookup(self, value, connection):
         field = getattr(self.lhs.output_field, "target_field", self.lhs.output_field)
-        return "%s", [[field.get_db_prep_value(v, connection, prepared=False) for v in value]]
+        values = [field.get_db_prep_value(v, connection, prepared=False) for v in value]
+        if isinstance(field, UUIDField):
+            return "%s", [uuid_array(values)]
+        return "%s", [values]
 
     def as_sql(self, compiler, connection):
         lhs, lhs_params = self.process_lhs(compiler, connection)
@@ -28,6 +31,13 @@ class AnyOf(Lookup):
             else self.lhs.output_field.db_type(connection)
         )
         return f"{lhs} = ANY(%s::{db_type}[])", [*lhs_params, *rhs_params]
+
+
+def uuid_array(ids) -> str:
+    """uuids as one PostgreSQL array literal ('{…}', cast with ::uuid[]): psycopg
+    quotes one string instead of checking every element of a list (a third of
+    a 5,000-id statement's time went to that)."""
+    return "{" + ",".join(str(i) for i in ids) + "}"
 
 
 def register() -> None:
