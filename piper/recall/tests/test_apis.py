@@ -173,6 +173,7 @@ def test_what_happened(client_a):
         "confidence": 1.0,
         "occurred_at": "2026-10-03T02:00:00Z",
         "outcome": "failure",
+        "instruction_like": False,
     }
     assert oom["episode"]["summary"] == episodes[0].summary
     groups = {g["session_id"]: g["evidence"] for g in body["groups"]}
