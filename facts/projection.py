@@ -21,7 +21,7 @@ from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event
 from piper.canonical import canonical_json
-from piper.provenance import AUTHORITY_ORDER, authority_rank
+from piper.provenance import AUTHORITY_ORDER, Authority, authority_rank
 
 from .models import (
     AuthorityPolicy,
@@ -219,6 +219,8 @@ class Claim:
     valid_to: datetime | None  # None: "until the next known change" (or open)
     authority: str
     confidence: float
+    # The value tries to instruct whoever reads it (piper.safety, recorded in the event).
+    instruction_like: bool = False
 
     def same_object(self, fact: Fact) -> bool:
         if self.object_entity_id is not None:
@@ -539,6 +541,7 @@ class _Writer:
                 "confidence": like.confidence,
                 "source_event_id": self.event.pk,
                 "last_confirmed_at": self.now,
+                "instruction_like": like.instruction_like,
             }
         else:  # a remainder keeps everything of the version it came from
             values = {
@@ -553,6 +556,7 @@ class _Writer:
                     "confidence",
                     "source_event_id",
                     "last_confirmed_at",
+                    "instruction_like",
                 )
             }
         values.update(extra)
@@ -663,13 +667,15 @@ class _Writer:
         return resolved
 
     def contest(
-        self, claim: Claim, start, end, against: Fact, *, origin: str = FactOrigin.ASSERTED
+        self, claim: Claim, start, end, against: Fact | None, *, origin: str = FactOrigin.ASSERTED
     ) -> Applied:
-        """Store a claim that a stronger believed version outranks. The same claim
-        again adds evidence to the open contest instead of queueing a copy."""
+        """Store a claim that a stronger believed version outranks (or, `against`
+        None, a quarantined claim that outranks nothing). The same claim again adds
+        evidence to the open contest instead of queueing a copy."""
+        against_id = against.pk if against is not None else None
         for open_contest in self.contests(claim.subject_id, claim.predicate.pk):
             if (
-                open_contest.contests_id == against.pk
+                open_contest.contests_id == against_id
                 and claim.same_object(open_contest)
                 and _covers(open_contest, start, end)
                 and self.rank(claim.authority) <= self.rank(open_contest.authority)
@@ -682,9 +688,16 @@ class _Writer:
             valid_to=end,
             status=FactStatus.CONTESTED,
             origin=origin,
-            contests_id=against.pk,
+            contests_id=against_id,
         )
         return Applied(Outcome.CONTESTED, fact=fact)
+
+    def quarantined(self, claim: Claim) -> bool:
+        """An instruction-like value from below a user's authority is never put in force:
+        it is kept as a contested claim until a user, an operator or the system says so."""
+        return claim.instruction_like and self.rank(claim.authority) < self.rank(
+            Authority.USER_STATEMENT
+        )
 
 
 def claim_from_event(event: Event, store: Store) -> Claim:
@@ -699,7 +712,21 @@ def claim_from_event(event: Event, store: Store) -> Claim:
         valid_to=parse_time(p.get("valid_to")),
         authority=event.authority,
         confidence=event.confidence,
+        instruction_like=_instruction_like(p),
     )
+
+
+def _instruction_like(payload: dict) -> bool:
+    """What the event recorded of the value's safety verdict (none: not flagged)."""
+    return bool((payload.get("safety") or {}).get("instruction_like"))
+
+
+def _quarantine(w: _Writer, claim: Claim, believed: list[Fact], start, end) -> Applied:
+    """Store a quarantined claim as contested: against the strongest believed version
+    it overlaps, or against nothing."""
+    overlapping = [f for f in believed if _overlaps(f, start, end)]
+    against = max(overlapping, key=lambda f: (w.rank(f.authority), f.valid_from), default=None)
+    return w.contest(claim, start, end, against)
 
 
 def _asserted(event: Event, store: Store) -> Applied:
@@ -707,6 +734,8 @@ def _asserted(event: Event, store: Store) -> Applied:
     w = _Writer(event, store)
     believed = list(w.state(claim.subject_id, claim.predicate.pk, since=claim.valid_from).believed)
     start = claim.valid_from
+    if w.quarantined(claim):
+        return _quarantine(w, claim, believed, start, claim.valid_to)
     if claim.predicate.cardinality == Cardinality.MANY:
         return _assert_many(w, claim, believed)
     # "Until the next change": late evidence never overwrites later knowledge.
@@ -807,8 +836,9 @@ def _corrected(event: Event, store: Store) -> Applied:
         valid_to=fact.valid_to,
         authority=event.authority,
         confidence=event.confidence,
+        instruction_like=_instruction_like(p),
     )
-    if w.rank(claim.authority) < w.rank(fact.authority):
+    if w.rank(claim.authority) < w.rank(fact.authority) or w.quarantined(claim):
         return w.contest(claim, fact.valid_from, fact.valid_to, fact, origin=FactOrigin.CORRECTED)
     if claim.predicate.cardinality == Cardinality.MANY:
         # The right value may already be held: merge with it, never hold it twice.
@@ -875,6 +905,7 @@ def _contest_resolved(event: Event, store: Store) -> Applied:
         valid_to=contested.valid_to,
         authority=event.authority,  # the operator now vouches for it
         confidence=contested.confidence,
+        instruction_like=contested.instruction_like,
     )
     believed = w.state(claim.subject_id, claim.predicate.pk).believed
     overlapping = [f for f in believed if _overlaps(f, claim.valid_from, claim.valid_to)]
