@@ -87,8 +87,16 @@ class EpisodeAdmin(ReadOnlyAdmin):
         "outcome",
         "session_id",
         "embedded",
+        "instruction_like",
     ]
-    list_filter = ["outcome", ActorFilter, EnvironmentFilter, EmbeddedFilter, "source_type"]
+    list_filter = [
+        "instruction_like",
+        "outcome",
+        ActorFilter,
+        EnvironmentFilter,
+        EmbeddedFilter,
+        "source_type",
+    ]
     list_select_related = ["agent"]
     search_fields = ["=id", "summary", "action", "observation", "session_id", "agent__name"]
     date_hierarchy = "occurred_at"
@@ -112,7 +120,10 @@ class EpisodeAdmin(ReadOnlyAdmin):
                 ]
             },
         ),
-        ("Provenance", {"fields": ["source_type", "authority", "raw_event", "created_at"]}),
+        (
+            "Provenance",
+            {"fields": ["source_type", "authority", "raw_event", "created_at", "instruction_like"]},
+        ),
         ("Embedding", {"fields": ["embedded", "embedding_model", "embedded_at"]}),
     ]
     readonly_fields = [
@@ -138,6 +149,7 @@ class EpisodeAdmin(ReadOnlyAdmin):
         "authority",
         "raw_event",
         "created_at",
+        "instruction_like",
         "embedded",
         "embedding_model",
         "embedded_at",
@@ -197,8 +209,16 @@ class EpisodeAdmin(ReadOnlyAdmin):
 
 @admin.register(SourceChunk)
 class SourceChunkAdmin(ReadOnlyAdmin):
-    list_display = ["source", "ordinal", "agent", "char_start", "char_end", "embedded"]
-    list_filter = [EmbeddedFilter]
+    list_display = [
+        "source",
+        "ordinal",
+        "agent",
+        "char_start",
+        "char_end",
+        "embedded",
+        "instruction_like",
+    ]
+    list_filter = ["instruction_like", EmbeddedFilter]
     list_select_related = ["agent", "source"]
     search_fields = ["=id", "=source__id", "text", "source__title", "agent__name"]
     ordering = ["-id"]
@@ -211,6 +231,7 @@ class SourceChunkAdmin(ReadOnlyAdmin):
         "text",
         "char_start",
         "char_end",
+        "instruction_like",
         "created_at",
         "embedded",
         "embedding_model",

@@ -114,6 +114,14 @@ class Episode(models.Model):
         related_name="+",
         help_text="The ledger event this episode was built from.",
     )
+    instruction_like = models.BooleanField(
+        default=False,
+        db_default=False,
+        verbose_name="instruction-like",
+        help_text="Its text tries to act as an instruction to the model that reads it "
+        "(piper.safety, at write time; the verdict is in the event's payload). Kept as "
+        "evidence, marked in recall, never consolidated.",
+    )
     search_vector = models.GeneratedField(
         expression=RawSQL(EPISODE_TSVECTOR_SQL, ()),
         output_field=SearchVectorField(),
@@ -189,6 +197,12 @@ class Episode(models.Model):
                 name="episodes_unembedded_idx",
                 condition=models.Q(embedding__isnull=True),
             ),
+            # The few flagged rows (admin filter, reviews); empty for almost every row.
+            models.Index(
+                fields=["agent", "occurred_at"],
+                name="episodes_instruction_like_idx",
+                condition=models.Q(instruction_like=True),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -224,6 +238,13 @@ class SourceChunk(models.Model):
     text = models.TextField()
     char_start = models.PositiveIntegerField()
     char_end = models.PositiveIntegerField()
+    instruction_like = models.BooleanField(
+        default=False,
+        db_default=False,
+        verbose_name="instruction-like",
+        help_text="Its text tries to act as an instruction to the model that reads it "
+        "(piper.safety, when the document was chunked).",
+    )
     search_vector = models.GeneratedField(
         expression=RawSQL(CHUNK_TSVECTOR_SQL, ()),
         output_field=SearchVectorField(),

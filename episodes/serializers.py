@@ -167,6 +167,10 @@ class EpisodeOutputSerializer(serializers.Serializer):
     source_type = serializers.ChoiceField(choices=SourceType.choices)
     authority = serializers.ChoiceField(choices=Authority.choices)
     raw_event_id = serializers.UUIDField(help_text="The ledger event it was built from.")
+    instruction_like = serializers.BooleanField(
+        help_text="Its text tries to act as an instruction to the model reading it "
+        "(flagged at write time; kept as evidence, never consolidated)."
+    )
     created_at = serializers.DateTimeField()
     embedded = serializers.BooleanField(help_text="Has its vector been computed yet?")
     embedding_model = serializers.CharField(help_text="The model that made the vector, or ''.")
@@ -202,6 +206,7 @@ class EpisodeOutputSerializer(serializers.Serializer):
             "source_type": episode.source_type,
             "authority": episode.authority,
             "raw_event_id": str(episode.raw_event_id),
+            "instruction_like": episode.instruction_like,
             "created_at": api_datetime(episode.created_at),
             "embedded": _embedded(episode),
             "embedding_model": episode.embedding_model,
@@ -298,6 +303,9 @@ class ChunkOutputSerializer(serializers.Serializer):
     text = serializers.CharField()
     char_start = serializers.IntegerField(help_text="content[char_start:char_end] == text")
     char_end = serializers.IntegerField()
+    instruction_like = serializers.BooleanField(
+        help_text="Its text tries to act as an instruction to the model reading it."
+    )
     created_at = serializers.DateTimeField()
     embedded = serializers.BooleanField()
     embedding_model = serializers.CharField()
@@ -319,6 +327,7 @@ class ChunkOutputSerializer(serializers.Serializer):
             "text": chunk.text,
             "char_start": chunk.char_start,
             "char_end": chunk.char_end,
+            "instruction_like": chunk.instruction_like,
             "created_at": api_datetime(chunk.created_at),
             "embedded": _embedded(chunk),
             "embedding_model": chunk.embedding_model,

@@ -27,6 +27,7 @@ from django.db import connection, transaction
 
 from ledger.models import ChainHead, Event, Source
 from ledger.services import EventDraft, event_append, events_append, source_register
+from piper import safety
 from piper.errors import InvalidInput, Unprocessable
 from piper.ids import uuid7
 from piper.provenance import (
@@ -213,13 +214,32 @@ def _check(agent: Agent, drafts: Sequence[EpisodeDraft]) -> None:
             )
 
 
+def episode_verdict(draft: EpisodeDraft) -> safety.Verdict:
+    """piper.safety's verdict on an episode's text (summary, action, observation)."""
+    return safety.screen_texts((draft.summary, draft.action, draft.observation))
+
+
+def safety_payload(verdict: safety.Verdict) -> dict[str, Any]:
+    """What a payload records of a verdict, under "safety": only a flagged one (an
+    event without the key was screened clean, or written before screening existed)."""
+    return {"safety": verdict.as_dict()} if verdict.instruction_like else {}
+
+
+def instruction_like(payload: dict[str, Any]) -> bool:
+    """Whether an event's payload (or one chunk's entry) records an instruction-like verdict."""
+    return bool((payload.get("safety") or {}).get("instruction_like"))
+
+
 def episode_payload(draft: EpisodeDraft, episode_id: uuid.UUID) -> dict[str, Any]:
     """The ledger payload of an episode: everything needed to rebuild its row.
 
     What the event itself carries (valid time, session, actor, provenance) is
-    not repeated.
+    not repeated. The safety verdict is recorded with it (when flagged), so the
+    row rebuilt from the event carries the verdict given at write time, whatever
+    the detector says later.
     """
     return {
+        **safety_payload(episode_verdict(draft)),
         "summary": draft.summary,
         "action": draft.action,
         "observation": draft.observation,
@@ -261,6 +281,7 @@ def episode_from_event(event: Event) -> Episode:
         authority=event.authority,
         source_id=uuid.UUID(p["source_id"]) if p.get("source_id") else None,
         raw_event=event,
+        instruction_like=instruction_like(p),
         # The event's record time, not the insert's clock, so a replay rebuilds the same row.
         created_at=event.recorded_at,
     )
@@ -273,7 +294,8 @@ def episode_from_event(event: Event) -> Episode:
 _EPISODE_COLUMNS = (
     "id, agent_id, occurred_at, session_id, actor, environment, goal_id, task_id, action, "
     "observation, outcome, score, summary, salience, confidence, entities, related_ids, "
-    "source_type, authority, source_id, raw_event_id, embedding_model, created_at"
+    "source_type, authority, source_id, raw_event_id, embedding_model, created_at, "
+    "instruction_like"
 )
 _EPISODE_FROM_EVENT_SQL = f"""
     INSERT INTO {Episode._meta.db_table} ({_EPISODE_COLUMNS})
@@ -285,7 +307,8 @@ _EPISODE_FROM_EVENT_SQL = f"""
            coalesce((e.payload->>'salience')::double precision, 0.5), e.confidence,
            ARRAY(SELECT jsonb_array_elements_text(coalesce(e.payload->'entities', '[]')))::varchar(300)[],
            ARRAY(SELECT jsonb_array_elements_text(coalesce(e.payload->'related_ids', '[]')))::uuid[],
-           e.source_type, e.authority, (e.payload->>'source_id')::uuid, e.id, '', e.recorded_at
+           e.source_type, e.authority, (e.payload->>'source_id')::uuid, e.id, '', e.recorded_at,
+           coalesce((e.payload->'safety'->>'instruction_like')::boolean, false)
     FROM {Event._meta.db_table} AS e
     WHERE e.event_type = '{EPISODE_RECORDED}' AND e.redacted_at IS NULL AND {{where}}
 """
@@ -457,7 +480,15 @@ def source_chunk(*, source: Source, actor: str = "") -> list[SourceChunk]:
         payload = {
             "source_id": str(source.pk),
             "chunker": chunking.CHUNKER,
-            "chunks": [{"id": str(uuid7()), "start": s.start, "end": s.end} for s in spans],
+            "chunks": [
+                {
+                    "id": str(uuid7()),
+                    "start": s.start,
+                    "end": s.end,
+                    **safety_payload(safety.screen(content[s.start : s.end])),
+                }
+                for s in spans
+            ],
         }
         event = event_append(
             agent=source.agent,
@@ -491,6 +522,7 @@ def chunks_from_event(event: Event, *, content: str) -> list[SourceChunk]:
             text=content[c["start"] : c["end"]],
             char_start=c["start"],
             char_end=c["end"],
+            instruction_like=instruction_like(c),
             created_at=event.recorded_at,
         )
         for ordinal, c in enumerate(p["chunks"])

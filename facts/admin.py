@@ -192,7 +192,15 @@ class FactAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "challenges",
         "agent",
     ]
-    list_filter = [OpenContestFilter, PredicateNameFilter, "status", "authority", "origin", "agent"]
+    list_filter = [
+        OpenContestFilter,
+        PredicateNameFilter,
+        "instruction_like",
+        "status",
+        "authority",
+        "origin",
+        "agent",
+    ]
     list_select_related = [
         "agent",
         "subject",
@@ -221,6 +229,7 @@ class FactAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "origin",
         "authority",
         "confidence",
+        "instruction_like",
         "source_event",
         "supersedes_link",
         "superseded_by_link",
@@ -236,7 +245,16 @@ class FactAdmin(ReadOnlyMixin, admin.ModelAdmin):
         ),
         (
             "Status and provenance",
-            {"fields": ["status", "origin", "authority", "confidence", "source_event"]},
+            {
+                "fields": [
+                    "status",
+                    "origin",
+                    "authority",
+                    "confidence",
+                    "instruction_like",
+                    "source_event",
+                ]
+            },
         ),
         ("Links", {"fields": ["supersedes_link", "superseded_by_link", "contests_link"]}),
         ("Supersession chain of this subject and predicate", {"fields": ["timeline"]}),

@@ -226,6 +226,14 @@ class Fact(models.Model):
     last_confirmed_at = models.DateTimeField(
         help_text="Record time of the latest evidence for this version."
     )
+    instruction_like = models.BooleanField(
+        default=False,
+        db_default=False,
+        verbose_name="instruction-like",
+        help_text="Its value tries to act as an instruction to the model that reads it "
+        "(piper.safety, when the claim was written; the verdict is in its event). Below a "
+        "user's authority such a claim is only ever contested, never in force.",
+    )
 
     class Meta:
         ordering = ["subject", "predicate", "valid_from", "recorded_at"]

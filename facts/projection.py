@@ -22,7 +22,7 @@ from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event
 from piper.canonical import canonical_json
-from piper.provenance import AUTHORITY_ORDER, authority_rank
+from piper.provenance import AUTHORITY_ORDER, Authority, authority_rank
 
 from .models import (
     AuthorityPolicy,
@@ -232,6 +232,8 @@ class Claim:
     valid_to: datetime | None  # None: "until the next known change" (or open)
     authority: str
     confidence: float
+    # The value tries to instruct whoever reads it (piper.safety, recorded in the event).
+    instruction_like: bool = False
 
     def same_object(self, fact: Fact) -> bool:
         if self.object_entity_id is not None:
@@ -564,6 +566,7 @@ class _Writer:
                 "confidence": like.confidence,
                 "source_event_id": self.event.pk,
                 "last_confirmed_at": self.now,
+                "instruction_like": like.instruction_like,
             }
         else:  # a remainder keeps everything of the version it came from
             values = {
@@ -578,6 +581,7 @@ class _Writer:
                     "confidence",
                     "source_event_id",
                     "last_confirmed_at",
+                    "instruction_like",
                 )
             }
         values.update(extra)
@@ -691,8 +695,10 @@ class _Writer:
         self, claim: Claim, start, end, against: Fact | None, *, origin: str = FactOrigin.ASSERTED
     ) -> Applied:
         """Store a claim that a stronger believed version outranks — or, against
-        None, one below the admission threshold that nothing opposes. The same
-        claim again adds evidence to the open contest instead of queueing a copy."""
+        None, one that outranks nothing but may not be believed on its own word
+        (below the admission threshold, or instruction-like text quarantined).
+        The same claim again adds evidence to the open contest instead of
+        queueing a copy."""
         against_id = against.pk if against is not None else None
         for open_contest in self.contests(claim.subject_id, claim.predicate.pk):
             if (
@@ -713,6 +719,13 @@ class _Writer:
         )
         return Applied(Outcome.CONTESTED, fact=fact)
 
+    def quarantined(self, claim: Claim) -> bool:
+        """An instruction-like value from below a user's authority is never put in force:
+        it is kept as a contested claim until a user, an operator or the system says so."""
+        return claim.instruction_like and self.rank(claim.authority) < self.rank(
+            Authority.USER_STATEMENT
+        )
+
 
 def claim_from_event(event: Event, store: Store) -> Claim:
     p = event.payload
@@ -726,7 +739,21 @@ def claim_from_event(event: Event, store: Store) -> Claim:
         valid_to=parse_time(p.get("valid_to")),
         authority=event.authority,
         confidence=event.confidence,
+        instruction_like=_instruction_like(p),
     )
+
+
+def _instruction_like(payload: dict) -> bool:
+    """What the event recorded of the value's safety verdict (none: not flagged)."""
+    return bool((payload.get("safety") or {}).get("instruction_like"))
+
+
+def _quarantine(w: _Writer, claim: Claim, believed: list[Fact], start, end) -> Applied:
+    """Store a quarantined claim as contested: against the strongest believed version
+    it overlaps, or against nothing."""
+    overlapping = [f for f in believed if _overlaps(f, start, end)]
+    against = max(overlapping, key=lambda f: (w.rank(f.authority), f.valid_from), default=None)
+    return w.contest(claim, start, end, against)
 
 
 def _asserted(event: Event, store: Store) -> Applied:
@@ -734,6 +761,8 @@ def _asserted(event: Event, store: Store) -> Applied:
     w = _Writer(event, store)
     believed = list(w.state(claim.subject_id, claim.predicate.pk, since=claim.valid_from).believed)
     start = claim.valid_from
+    if w.quarantined(claim):
+        return _quarantine(w, claim, believed, start, claim.valid_to)
     if claim.predicate.cardinality == Cardinality.MANY:
         return _assert_many(w, claim, believed)
     # "Until the next change": late evidence never overwrites later knowledge.
@@ -840,8 +869,9 @@ def _corrected(event: Event, store: Store) -> Applied:
         valid_to=fact.valid_to,
         authority=event.authority,
         confidence=event.confidence,
+        instruction_like=_instruction_like(p),
     )
-    if w.rank(claim.authority) < w.rank(fact.authority):
+    if w.rank(claim.authority) < w.rank(fact.authority) or w.quarantined(claim):
         return w.contest(claim, fact.valid_from, fact.valid_to, fact, origin=FactOrigin.CORRECTED)
     if claim.predicate.cardinality == Cardinality.MANY:
         # The right value may already be held: merge with it, never hold it twice.
@@ -908,6 +938,7 @@ def _contest_resolved(event: Event, store: Store) -> Applied:
         valid_to=contested.valid_to,
         authority=event.authority,  # the operator now vouches for it
         confidence=contested.confidence,
+        instruction_like=contested.instruction_like,
     )
     believed = w.state(claim.subject_id, claim.predicate.pk).believed
     overlapping = [f for f in believed if _overlaps(f, claim.valid_from, claim.valid_to)]

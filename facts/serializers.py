@@ -330,6 +330,11 @@ class MemoryStatusSerializer(serializers.Serializer):
             return False
         return (self._now() - fact.last_confirmed_at).total_seconds() > volatility
 
+    instruction_like = serializers.BooleanField(
+        help_text="The value tries to instruct the model reading it (flagged at write time; "
+        "below a user's authority such a claim is only ever contested)."
+    )
+
     @extend_schema_field(serializers.ListField(child=serializers.UUIDField()))
     def get_contested_by(self, fact: Fact) -> list[str]:
         return [str(c.pk) for c in fact.open_contests]
@@ -388,6 +393,7 @@ class FactOutputSerializer(serializers.Serializer):
                 "superseded_by": _uuid(fact.superseded_by_id),
                 "contests": _uuid(fact.contests_id),
                 "contested_by": [str(c.pk) for c in fact.open_contests],
+                "instruction_like": fact.instruction_like,
             },
         }
 

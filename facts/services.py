@@ -23,6 +23,7 @@ from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event
 from ledger.services import EventDraft, events_append, json_storage_error
+from piper import safety
 from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
 from piper.ids import uuid7
 from piper.provenance import Authority, PrivacyClass, RetentionClass, SourceType, authority_rank
@@ -150,6 +151,13 @@ def _with_retry(write):
                     code="concurrent_write",
                 ) from exc
     raise AssertionError("unreachable")
+
+
+def _safety_payload(value: Any) -> dict:
+    """The safety verdict on a claimed value, for its event's payload (only when flagged):
+    the projection reads it from there, so a replay decides as the write did."""
+    verdict = safety.screen_value(value)
+    return {"safety": verdict.as_dict()} if verdict.instruction_like else {}
 
 
 def _a(word: str) -> str:
@@ -538,6 +546,7 @@ def _plan(agent: Agent, claims: Sequence[ClaimInput]) -> _Plan:
             payload["object_entity_id"] = object_id
         else:
             payload["value"] = claim.value
+            payload.update(_safety_payload(claim.value))
         plan.asserts.append((claim.provenance, payload))
         plan.locks.add((subject_id, definition["predicate_id"]))
 
@@ -739,6 +748,7 @@ def fact_correct(
             if error := _value_error(fact.predicate.value_type, value):
                 raise InvalidInput(f"value: {error}", details={"value": [error]})
             payload["value"] = value
+            payload.update(_safety_payload(value))
         return _append_and_apply(agent=agent, drafts=[provenance.draft(p.CORRECTED, payload)])[0]
 
     return _with_retry(write)

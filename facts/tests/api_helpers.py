@@ -77,6 +77,7 @@ def fact_body(fact_id, *, age=AGE, needs_recheck: bool = False) -> dict:
             "superseded_by": str(fact.superseded_by_id) if fact.superseded_by_id else None,
             "contests": str(fact.contests_id) if fact.contests_id else None,
             "contested_by": [str(c.pk) for c in open_contests],
+            "instruction_like": fact.instruction_like,
         },
     }
 

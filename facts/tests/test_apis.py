@@ -521,6 +521,7 @@ class TestAssert:
                 "superseded_by": None,
                 "contests": None,
                 "contested_by": [],
+                "instruction_like": False,
             },
         }
         assert alice.entity_type == "person"

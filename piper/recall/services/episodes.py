@@ -57,6 +57,8 @@ def _episode_evidence(hit, now: datetime) -> Evidence:
             "confidence": float(episode.confidence),
             "occurred_at": api_datetime(episode.occurred_at),
             "outcome": episode.outcome,
+            # Text that tries to instruct the reader: evidence of what was seen, not advice.
+            "instruction_like": episode.instruction_like,
         },
     )
 
@@ -150,6 +152,7 @@ def _chunk_evidence(hit, source, now: datetime) -> Evidence:
             "authority": event.authority,
             "currentness": NOT_APPLICABLE,  # a document says what it says
             "confidence": float(event.confidence),
+            "instruction_like": chunk.instruction_like,
         },
     )
 

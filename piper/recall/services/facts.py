@@ -58,6 +58,7 @@ def _fact_evidence(
             "needs_recheck": volatility is not None and age > volatility,
             "superseded_by": str(fact.superseded_by_id) if fact.superseded_by_id else None,
             "contested_by": [str(c.pk) for c in fact.open_contests],
+            "instruction_like": fact.instruction_like,
         },
     )
 

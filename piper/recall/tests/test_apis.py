@@ -173,6 +173,7 @@ def test_what_happened(client_a):
         "confidence": 1.0,
         "occurred_at": "2026-10-03T02:00:00Z",
         "outcome": "failure",
+        "instruction_like": False,
         "privacy_class": "internal",
     }
     assert oom["episode"]["summary"] == episodes[0].summary
