@@ -128,6 +128,7 @@ def erase(scope: ErasureScope) -> None:
         for actor in actors:
             if Episode.objects.filter(agent=agent, actor=actor).exists():
                 continue
+            scope.actors.add(actor)
             if (dropped := actor_graph_drop(agent_id=agent.pk, actor=actor)) is not None:
                 scope.note_removed(ACTOR_GRAPHS, [dropped])
         # Surviving episodes that pointed at an erased one forget the link.

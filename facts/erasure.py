@@ -247,16 +247,19 @@ def residue(scope: ErasureScope) -> list[dict]:
     rendered texts that no surviving fact justifies."""
     agent, erased = scope.agent, scope.erased_events()
     erased_entities = scope.removed_ids(ENTITIES)
+    # A version made from an erased event can only be one of the pairs that
+    # event named (facts are not indexed by their event: searched pair by pair).
+    versions = p.pair_facts(agent.pk, scope.notes.get(PAIRS_NOTE, ()))
     findings = [
         finding(
             FACTS,
             "made_from_erased_event",
-            Fact.objects.filter(agent=agent, source_event_id__in=erased),
+            Fact.objects.filter(pk__any=versions, source_event_id__in=erased),
         ),
         finding(
             FACTS,
             "evidence_from_erased_event",
-            FactEvidence.objects.filter(fact__agent=agent, event_id__in=erased),
+            FactEvidence.objects.filter(fact_id__any=versions, event_id__in=erased),
         ),
         finding(
             ENTITIES,

@@ -1104,12 +1104,12 @@ def replay_pairs(
         )
         cursor.execute(f"DELETE FROM {Fact._meta.db_table} WHERE id = ANY(%s)", [dropped])
     store = _ReplayStore(agent_id)
+    # Two lookups, each through its own index (ids; the few definition
+    # events by type), then one read in chain order: an OR of the two made
+    # PostgreSQL scan the ledger (1.8 s at 2M events).
+    event_ids |= set(config.order_by().values_list("pk", flat=True))
     events = (
-        Event.objects.filter(
-            Q(pk__in=list(event_ids)) | Q(pk__in=config.values("pk")),
-            agent_id=agent_id,
-            redacted_at__isnull=True,
-        )
+        Event.objects.filter(pk__any=event_ids, agent_id=agent_id, redacted_at__isnull=True)
         .exclude(pk__in=without if isinstance(without, RawSQL) else list(without))
         .order_by("seq")
     )
@@ -1121,14 +1121,17 @@ def replay_pairs(
         else:
             apply_surviving(event, store)
     store.flush()
+    made = pair_facts(agent_id, pairs)
+    # The versions made now carry each moment's cardinality; a later
+    # redefinition had set every version of its predicate to its own.
     for predicate_id in predicate_ids:
         predicate = Predicate.objects.filter(pk=predicate_id).only("cardinality").first()
         if predicate is not None:
             single = predicate.cardinality == Cardinality.ONE
-            Fact.objects.filter(agent_id=agent_id, predicate_id=predicate_id).exclude(
+            Fact.objects.filter(pk__any=made, predicate_id=predicate_id).exclude(
                 single_valued=single
             ).update(single_valued=single)
-    return dropped, pair_facts(agent_id, pairs)
+    return dropped, made
 
 
 class _ReplayStore(Store):

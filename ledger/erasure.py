@@ -50,8 +50,8 @@ class ErasureScope:
     vectors: list[tuple[str, list[float]]] = field(default_factory=list)
     # Events appended by the erasure itself (e.g. scrubbed copies), never erased by it.
     own_event_ids: set[uuid.UUID] = field(default_factory=set)
-    # The actors of the erased events, when no surviving event names them (a
-    # name is too short to be a text probe, and caches and filters hold names).
+    # The actors whose every episode was erased (a name is too short to be a
+    # text probe, and caches and search filters hold names).
     actors: set[str] = field(default_factory=set)
     # Erased fact values and names, however short ('Porto'): searched only where
     # they are rendered (fact texts), where surviving facts can vouch for them.

@@ -29,7 +29,7 @@ from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import connection, transaction
-from django.db.models import Q, TextField, UUIDField
+from django.db.models import Exists, OuterRef, Q, TextField, UUIDField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
@@ -311,23 +311,15 @@ def _erase(
         )
     scope = ErasureScope(agent=agent, event_ids=erased)
     scope.stage_events()
-    erased_events = Event.objects.filter(pk__any=list(erased)).order_by()
     # The residue check searches for the longest erased strings: those of
     # the first MAX_PAYLOADS_READ erased events are plenty to choose from.
     scope.add_texts(
         text
-        for payload in erased_events.values_list("payload", flat=True)[:MAX_PAYLOADS_READ]
+        for payload in Event.objects.filter(pk__in=scope.erased_events())
+        .order_by()
+        .values_list("payload", flat=True)[:MAX_PAYLOADS_READ]
         for text in payload_strings(payload)
     )
-    actors = set(erased_events.exclude(actor="").values_list("actor", flat=True).distinct())
-    still_named = set(
-        Event.objects.filter(agent=agent, actor__any=actors, redacted_at__isnull=True)
-        .exclude(pk__any=list(erased))
-        .order_by()
-        .values_list("actor", flat=True)
-        .distinct()
-    )
-    scope.actors = actors - still_named
     for app in ERASERS:
         app.erase(scope)
     idempotent = idempotency_records_erase(agent_id=agent.pk, event_ids=scope.erased_events())
@@ -412,7 +404,7 @@ def _ledger_residue(scope: ErasureScope) -> list[dict]:
         | (Q(hash_version=2) & (~Q(actor="") | ~Q(session_id="") | ~Q(source_ref="")))
     )
     untombstoned = Event.objects.filter(agent=scope.agent, pk__in=staged).exclude(
-        pk__in=Tombstone.objects.filter(event_id__in=staged).order_by().values("event_id")
+        Exists(Tombstone.objects.filter(event_id=OuterRef("pk")))
     )
     copies = Event.objects.filter(agent=scope.agent, pk__any=list(scope.own_event_ids)).annotate(
         payload_text=Cast("payload", TextField())
