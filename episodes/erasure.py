@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterable
 
 from django.db import connection
+from django.db.models.expressions import RawSQL
 
 from ledger.erasure import ErasureScope, finding
 from ledger.models import Event, Source
@@ -63,16 +64,16 @@ def events_of_sources(*, agent: Agent, source_ids: Iterable[uuid.UUID]) -> set[u
     return registered | set(chunked)
 
 
-def expand(*, agent: Agent, event_ids: set[uuid.UUID]) -> set[uuid.UUID]:
-    """The events that must go with `event_ids`: whole documents, and the
-    episodes that summarise an erased event (their parent)."""
-    ids = list(event_ids)
+def expand(*, agent: Agent, event_ids: set[uuid.UUID], staged: RawSQL) -> set[uuid.UUID]:
+    """The events that must go with `event_ids` (also `staged`, a subquery of
+    them): whole documents, and the episodes that summarise an erased event
+    (their parent)."""
     source_ids = set(
-        Source.objects.filter(agent=agent, source_event_id__any=ids).values_list("pk", flat=True)
+        Source.objects.filter(agent=agent, source_event_id__in=staged).values_list("pk", flat=True)
     )
     for payload in (
         Event.objects.filter(
-            agent=agent, pk__any=ids, event_type=SOURCE_CHUNKED, redacted_at__isnull=True
+            agent=agent, pk__in=staged, event_type=SOURCE_CHUNKED, redacted_at__isnull=True
         )
         .order_by()
         .values_list("payload", flat=True)
@@ -80,7 +81,7 @@ def expand(*, agent: Agent, event_ids: set[uuid.UUID]) -> set[uuid.UUID]:
         source_ids.add(uuid.UUID(payload["source_id"]))
     more = events_of_sources(agent=agent, source_ids=source_ids)
     more |= set(
-        Event.objects.filter(agent=agent, event_type=EPISODE_RECORDED, parent_event_id__any=ids)
+        Event.objects.filter(agent=agent, event_type=EPISODE_RECORDED, parent_event_id__in=staged)
         .order_by()
         .values_list("id", flat=True)
     )

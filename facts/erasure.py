@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from django.db import connection
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 
 from ledger.erasure import ErasureScope, finding
 from ledger.models import Event
@@ -63,16 +64,16 @@ def events_about(*, agent: Agent, entity: Entity) -> set[uuid.UUID]:
     return ids
 
 
-def expand(*, agent: Agent, event_ids: set[uuid.UUID]) -> set[uuid.UUID]:
-    """The events that must go with `event_ids`: all about an entity whose
-    creation goes, and every claim of a predicate whose definition goes."""
-    ids = list(event_ids)
+def expand(*, agent: Agent, event_ids: set[uuid.UUID], staged: RawSQL) -> set[uuid.UUID]:
+    """The events that must go with `event_ids` (also `staged`, a subquery of
+    them): all about an entity whose creation goes, and every claim of a
+    predicate whose definition goes."""
     more: set[uuid.UUID] = set()
-    for entity in Entity.objects.filter(agent=agent, source_event_id__any=ids):
+    for entity in Entity.objects.filter(agent=agent, source_event_id__in=staged):
         more |= events_about(agent=agent, entity=entity)
-    for predicate_id in Predicate.objects.filter(agent=agent, source_event_id__any=ids).values_list(
-        "pk", flat=True
-    ):
+    for predicate_id in Predicate.objects.filter(
+        agent=agent, source_event_id__in=staged
+    ).values_list("pk", flat=True):
         versions = Fact.objects.filter(agent=agent, predicate_id=predicate_id).values_list(
             "id", flat=True
         )

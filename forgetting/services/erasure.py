@@ -42,6 +42,7 @@ from ledger.models import Event, Source, Tombstone
 from ledger.services import chain_lock, events_redact
 from piper.api.services import idempotency_records_erase
 from piper.errors import Conflict, InvalidInput, NotFound
+from piper.lookups import uuid_array
 from piper.provenance import RetentionClass
 from piper.recall import erasure as recall_erasure
 from piper.tenancy.models import Agent
@@ -191,19 +192,32 @@ def events_selected(*, agent: Agent, selector: Selector) -> set[uuid.UUID]:
     return set(events.values_list("pk", flat=True))
 
 
+def _stage(ids: set[uuid.UUID]) -> RawSQL:
+    """`ids` in a temporary table of this transaction, as a subquery (sent once,
+    not with every statement that looks them up)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS erasure_closure (id uuid PRIMARY KEY) ON COMMIT DROP"
+        )
+        cursor.execute("DELETE FROM erasure_closure")
+        cursor.execute("INSERT INTO erasure_closure SELECT unnest(%s::uuid[])", [uuid_array(ids)])
+    return RawSQL("SELECT id FROM erasure_closure", ())
+
+
 def with_dependents(agent: Agent, event_ids: set[uuid.UUID]) -> set[uuid.UUID]:
     """`event_ids` and every event that cannot outlive them, to a fixed point:
     what the memory apps say must go along, and corrections of an erased event."""
     erased = set(event_ids)
     new = set(event_ids)
     while new:
+        staged = _stage(new)
         more = set(
-            Event.objects.filter(agent=agent, correction_of_id__any=list(new))
+            Event.objects.filter(agent=agent, correction_of_id__in=staged)
             .order_by()
             .values_list("pk", flat=True)
         )
         for expand in EXPANDERS:
-            more |= expand(agent=agent, event_ids=new)
+            more |= expand(agent=agent, event_ids=new, staged=staged)
         new = {
             e
             for e in Event.objects.filter(
@@ -298,8 +312,10 @@ def _erase(
         set(event_ids) if event_ids is not None else events_selected(agent=agent, selector=selector)
     )
     erased = chosen if closed else with_dependents(agent, chosen)
+    scope = ErasureScope(agent=agent, event_ids=erased)
+    scope.stage_events()
     held = Event.objects.filter(
-        agent=agent, pk__any=list(erased), retention_class=RetentionClass.PERMANENT
+        agent=agent, pk__in=scope.erased_events(), retention_class=RetentionClass.PERMANENT
     )
     if not legal_hold_lifted.strip() and held.exists():
         held_ids = [str(i) for i in held.values_list("pk", flat=True)[:100]]
@@ -309,8 +325,6 @@ def _erase(
             code="legal_hold",
             details={"held_event_ids": held_ids},
         )
-    scope = ErasureScope(agent=agent, event_ids=erased)
-    scope.stage_events()
     # The residue check searches for the longest erased strings: those of
     # the first MAX_PAYLOADS_READ erased events are plenty to choose from.
     scope.add_texts(

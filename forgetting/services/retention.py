@@ -37,7 +37,7 @@ from .erasure import AUDIT_EVENT_TYPES, Selector, erasure_run, with_dependents
 POLICY_SET = "retention.policy_set"
 POLICY_DELETED = "retention.policy_deleted"
 EVENT_TYPE_PATTERN = re.compile(r"^[a-z][a-z0-9_]*([.:/-][a-z0-9_]+)*(\.\*)?$")
-SWEEP_CHUNK = 1000
+SWEEP_CHUNK = 10_000
 SWEEP_BUDGET_SECONDS = 60.0
 REQUESTED_BY = "retention sweep"
 

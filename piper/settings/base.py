@@ -184,8 +184,9 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --------------------------------------------------------------------- forgetting
 # The retention sweep erases at most this many expired events per erasure
-# (one receipt each), and runs for at most this long before re-queuing itself.
-FORGETTING_SWEEP_CHUNK = env_int("FORGETTING_SWEEP_CHUNK", 1000)
+# (one receipt each; the agent's appends wait for each, ~2 s at 10,000), and
+# runs for at most this long before re-queuing itself.
+FORGETTING_SWEEP_CHUNK = env_int("FORGETTING_SWEEP_CHUNK", 10_000)
 FORGETTING_SWEEP_BUDGET_SECONDS = env_float("FORGETTING_SWEEP_BUDGET_SECONDS", 60.0)
 
 # --------------------------------------------------------------------- intentions
