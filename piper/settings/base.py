@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "episodes",
     "skills",
     "intentions",
+    "consolidation",
     "piper.recall",
     "battery",
 ]
@@ -234,6 +235,29 @@ EPISODES_GRAPH_BUILD_MEMORY = os.environ.get("EPISODES_GRAPH_BUILD_MEMORY", "1GB
 SKILLS_MATCH_CANDIDATES = env_int("SKILLS_MATCH_CANDIDATES", 20)
 # The longest ?wait= a synchronous execute may ask for.
 SKILLS_MAX_WAIT_SECONDS = env_int("SKILLS_MAX_WAIT_SECONDS", 10)
+
+# -------------------------------------------------------------------- consolidation
+
+# How often celery-beat looks for agents with episodes not yet consolidated.
+CONSOLIDATION_CYCLE_SECONDS = env_int("CONSOLIDATION_CYCLE_SECONDS", 600)
+# Episodes a step reads (one transaction), and how long one task steps before it
+# re-queues itself (below the task's soft time limit).
+CONSOLIDATION_BATCH_SIZE = env_int("CONSOLIDATION_BATCH_SIZE", 200)
+CONSOLIDATION_TASK_BUDGET_SECONDS = env_int("CONSOLIDATION_TASK_BUDGET_SECONDS", 180)
+# A running run whose last step is older than this is resumed by the periodic task.
+CONSOLIDATION_STALE_SECONDS = env_int("CONSOLIDATION_STALE_SECONDS", 600)
+# A candidate is asserted (as agent_inference) with this many distinct sources and
+# this combined confidence; below, it waits for more evidence or an accept.
+CONSOLIDATION_MIN_SOURCES = env_int("CONSOLIDATION_MIN_SOURCES", 1)
+CONSOLIDATION_MIN_CONFIDENCE = env_float("CONSOLIDATION_MIN_CONFIDENCE", 0.6)
+# The extractors in use (consolidation.extraction): dotted paths, in order.
+CONSOLIDATION_EXTRACTORS = [
+    p
+    for p in os.environ.get(
+        "CONSOLIDATION_EXTRACTORS", "consolidation.extraction.PatternExtractor"
+    ).split(",")
+    if p
+]
 
 # ---------------------------------------------------------------------- embeddings
 
