@@ -156,6 +156,8 @@ SPECTACULAR_SETTINGS = {
         "EpisodeOutcomeEnum": "episodes.models.Outcome",
         "RecallOutcomeEnum": "piper.recall.models.Outcome",
         "RecallRouteEnum": "piper.recall.models.Route",
+        "ConsolidationRunKindEnum": "consolidation.models.RunKind",
+        "ConsolidationRunStatusEnum": "consolidation.models.RunStatus",
     },
 }
 
