@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import connection
@@ -125,3 +126,45 @@ def agents_due(*, kind: str, stale_seconds: int) -> list[uuid.UUID]:
             },
         )
         return [row[0] for row in cursor.fetchall()]
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What consolidation made from some evidence: the candidates citing it, every ledger
+    event those candidates wrote (proposed, supported, asserted, rejected), and the facts
+    events their assertions appended (source_ref consolidation:candidate/<id>)."""
+
+    candidate_ids: list[uuid.UUID]
+    consolidation_event_ids: list[uuid.UUID]
+    fact_event_ids: list[uuid.UUID]
+
+
+def derived_from_events(*, agent: Agent, event_ids: list[uuid.UUID]) -> Derived:
+    """For an erasure: everything consolidation derived from these ledger events (episode
+    events, typically), so the purge can take the copies too — a candidate repeats the
+    subject and value it read, and so do its events and the fact it asserted."""
+    candidate_ids = sorted(
+        set(
+            CandidateEvidence.objects.filter(agent=agent, event_id__in=event_ids).values_list(
+                "candidate_id", flat=True
+            )
+        )
+    )
+    if not candidate_ids:
+        return Derived([], [], [])
+    names = [str(c) for c in candidate_ids]
+    consolidation_events = sorted(
+        Event.objects.filter(
+            agent=agent,
+            event_type__startswith="consolidation.candidate_",
+            payload__candidate_id__in=names,
+        ).values_list("id", flat=True)
+    )
+    fact_events = sorted(
+        Event.objects.filter(
+            agent=agent,
+            event_type__startswith="facts.",
+            source_ref__in=[f"consolidation:candidate/{c}" for c in names],
+        ).values_list("id", flat=True)
+    )
+    return Derived(candidate_ids, consolidation_events, fact_events)

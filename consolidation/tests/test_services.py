@@ -404,3 +404,40 @@ class TestConstraints:
             "payments TEAM", "owner", "x"
         )
         assert claim_key("a", "owner", "x") != claim_key("a", "owner", "y")
+
+
+class TestDerivedFromEvents:
+    def test_what_a_purge_of_an_episode_must_take_along(self, agent):
+        from consolidation.selectors import derived_from_events
+
+        berlin = said(agent, "Alice Chen moved to Berlin.", actor="hr")
+        said(agent, "Alice Chen moved to Berlin.", minutes=1, actor="alice")
+        other = said(agent, "Bob Stone joined Initech.", minutes=2)
+        consolidate(agent=agent)
+        candidate = CandidateFact.objects.get(agent=agent, value="Berlin")
+        candidate_reject(agent=agent, candidate_id=candidate.pk, reason="wrong")
+        derived = derived_from_events(agent=agent, event_ids=[berlin.raw_event_id])
+        assert derived.candidate_ids == [candidate.pk]
+        written = Event.objects.filter(agent=agent, payload__candidate_id=str(candidate.pk))
+        assert sorted(written.values_list("event_type", flat=True)) == [
+            "consolidation.candidate_asserted",
+            "consolidation.candidate_proposed",
+            "consolidation.candidate_rejected",
+        ]
+        assert derived.consolidation_event_ids == sorted(written.values_list("id", flat=True))
+        facts_events = Event.objects.filter(
+            agent=agent, source_ref=f"consolidation:candidate/{candidate.pk}"
+        )
+        # The entity and the predicate its claim named first carry its provenance too.
+        assert list(facts_events.order_by("seq").values_list("event_type", flat=True)) == [
+            "facts.entity_created",
+            "facts.predicate_defined",
+            "facts.asserted",
+        ]
+        assert derived.fact_event_ids == sorted(facts_events.values_list("id", flat=True))
+        assert derived_from_events(
+            agent=AgentFactory(name="b"), event_ids=[berlin.raw_event_id]
+        ) == (type(derived)([], [], []))
+        assert derived_from_events(agent=agent, event_ids=[other.raw_event_id]).candidate_ids == [
+            CandidateFact.objects.get(agent=agent, value="Initech").pk
+        ]
