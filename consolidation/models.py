@@ -30,6 +30,7 @@ from piper.tenancy.models import Agent
 
 class RunKind(models.TextChoices):
     FACTS = "facts", "Episodes → candidate facts"
+    DUPLICATES = "duplicates", "Near-duplicate episodes → one canonical episode"
 
 
 class RunStatus(models.TextChoices):

@@ -147,7 +147,9 @@ def consolidation_run_start(
             return None
         run_id = uuid7()
         batch = batch_size or settings.CONSOLIDATION_BATCH_SIZE
-        details = {"batch_size": batch, "extractors": [e.name for e in load_extractors()]}
+        details: dict = {"batch_size": batch}
+        if kind == RunKind.FACTS:
+            details["extractors"] = [e.name for e in load_extractors()]
         event = event_append(
             agent=agent,
             event_type=RUN_STARTED,
@@ -168,7 +170,9 @@ def consolidation_run_start(
             from_seq=done,
             to_seq=last,
             cursor_seq=done,
-            details={**details, "excluded": {}, "not_asserted": {}},
+            details={**details, "excluded": {}, "not_asserted": {}}
+            if kind == RunKind.FACTS
+            else {**details, "collapsed": {"events": 0, "episodes": 0}},
             source_event=event,
         )
 
@@ -227,6 +231,9 @@ def consolidation_run_step(
         if run.cursor_seq >= run.to_seq:
             return StepResult(done=True)
         batch = int(run.details.get("batch_size") or settings.CONSOLIDATION_BATCH_SIZE)
+        columns = [*EPISODE_COLUMNS]
+        if run.kind == RunKind.DUPLICATES:
+            columns += ["canonical_id", "embedding"]
         rows = list(
             Episode.objects.filter(
                 agent_id=run.agent_id,
@@ -235,31 +242,19 @@ def consolidation_run_step(
                 raw_event__seq__lte=run.to_seq,
             )
             .select_related("raw_event")
-            .only(
-                "id",
-                "agent_id",
-                "occurred_at",
-                "session_id",
-                "actor",
-                "summary",
-                "action",
-                "observation",
-                "confidence",
-                "source_type",
-                "authority",
-                "source_id",
-                "instruction_like",
-                "raw_event_id",
-                "raw_event__seq",
-                "raw_event__source_ref",
-            )
+            .only(*columns)
             .order_by("raw_event__seq")[:batch]
         )
         cursor = rows[-1].raw_event.seq if len(rows) == batch else run.to_seq
-        result = _consolidate_episodes(run, rows, extractors)
+        if run.kind == RunKind.DUPLICATES:
+            result = _collapse_duplicates(run, rows)
+        else:
+            result = _consolidate_episodes(run, rows, extractors)
         counts = result.counts
         details = dict(run.details)
-        for section in ("excluded", "not_asserted"):
+        for section in ("excluded", "not_asserted", "collapsed"):
+            if section not in counts:
+                continue
             merged = dict(details.get(section) or {})
             for reason, n in counts.get(section, {}).items():
                 merged[reason] = merged.get(reason, 0) + n
@@ -279,6 +274,48 @@ def consolidation_run_step(
         result.done = cursor >= run.to_seq
         result.episodes = len(rows)
         return result
+
+
+EPISODE_COLUMNS = (
+    "id",
+    "agent_id",
+    "occurred_at",
+    "session_id",
+    "actor",
+    "summary",
+    "action",
+    "observation",
+    "confidence",
+    "source_type",
+    "authority",
+    "source_id",
+    "instruction_like",
+    "raw_event_id",
+    "raw_event__seq",
+    "raw_event__source_ref",
+)
+
+
+def _collapse_duplicates(run: ConsolidationRun, rows: Sequence[Episode]) -> StepResult:
+    """Group the batch's near-duplicates under their canonical episodes (one
+    episode.collapsed event a group), counted in the run's details."""
+    from episodes.services import episodes_collapse
+
+    from .duplicates import find_duplicates
+
+    groups = find_duplicates(run.agent_id, rows, after_seq=run.cursor_seq)
+    for canonical_id, duplicate_ids in groups.items():
+        episodes_collapse(
+            agent=run.agent,
+            canonical_id=canonical_id,
+            duplicate_ids=duplicate_ids,
+            reason=f"near-duplicates (consolidation run {run.pk})",
+            actor=ACTOR,
+        )
+    collapsed = sum(len(d) for d in groups.values())
+    return StepResult(
+        done=False, counts={"collapsed": {"events": len(groups), "episodes": collapsed}}
+    )
 
 
 def _readings(

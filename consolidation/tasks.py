@@ -64,11 +64,15 @@ def consolidate_agent(
     name="consolidation.consolidate_due", ignore_result=True, soft_time_limit=50, time_limit=60
 )
 def consolidate_due() -> int:
-    """Queue consolidate_agent for each agent with work (celery-beat). Returns how many."""
+    """Queue consolidate_agent for each agent and kind with work (celery-beat). Returns
+    how many it queued."""
     from .models import RunKind
     from .selectors import agents_due
 
-    agents = agents_due(kind=RunKind.FACTS, stale_seconds=settings.CONSOLIDATION_STALE_SECONDS)
-    for agent_id in agents:
-        consolidate_agent.delay(str(agent_id), RunKind.FACTS)
-    return len(agents)
+    queued = 0
+    for kind in RunKind.values:
+        agents = agents_due(kind=kind, stale_seconds=settings.CONSOLIDATION_STALE_SECONDS)
+        for agent_id in agents:
+            consolidate_agent.delay(str(agent_id), kind)
+        queued += len(agents)
+    return queued

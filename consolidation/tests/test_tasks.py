@@ -70,10 +70,14 @@ class TestEager:
         run = consolidation_run_start(agent=stalled, batch_size=1)
         consolidation_run_step(run_id=run.pk)
         queued = []
-        monkeypatch.setattr(tasks.consolidate_agent, "delay", lambda *a: queued.append(a[0]))
-        # A run stepped just now is someone's work in progress: left alone.
-        assert tasks.consolidate_due() == 1
-        assert queued == [str(fresh.pk)]
+        monkeypatch.setattr(tasks.consolidate_agent, "delay", lambda *a: queued.append(a))
+        # A run stepped just now is someone's work in progress: left alone. Each kind
+        # keeps its own cursor: no duplicates run has read anything yet.
+        assert tasks.consolidate_due() == 4
+        assert queued == [
+            (str(fresh.pk), "facts"),
+            *sorted((str(a.pk), "duplicates") for a in (fresh, done, stalled)),
+        ]
         ConsolidationRun.objects.filter(pk=run.pk).update(
             heartbeat_at=timezone.now()
             - timedelta(seconds=settings.CONSOLIDATION_STALE_SECONDS + 1)

@@ -252,6 +252,12 @@ CONSOLIDATION_STALE_SECONDS = env_int("CONSOLIDATION_STALE_SECONDS", 600)
 # this combined confidence; below, it waits for more evidence or an accept.
 CONSOLIDATION_MIN_SOURCES = env_int("CONSOLIDATION_MIN_SOURCES", 1)
 CONSOLIDATION_MIN_CONFIDENCE = env_float("CONSOLIDATION_MIN_CONFIDENCE", 0.6)
+# Duplicate collapse: episodes of one actor in one session (or, without a session,
+# this close in time) whose words are at least this similar (token Jaccard), and
+# whose vectors, when both have one, at least this close (cosine).
+CONSOLIDATION_DUPLICATE_WINDOW_SECONDS = env_int("CONSOLIDATION_DUPLICATE_WINDOW_SECONDS", 86400)
+CONSOLIDATION_DUPLICATE_MIN_TEXT = env_float("CONSOLIDATION_DUPLICATE_MIN_TEXT", 0.9)
+CONSOLIDATION_DUPLICATE_MIN_COSINE = env_float("CONSOLIDATION_DUPLICATE_MIN_COSINE", 0.95)
 # The extractors in use (consolidation.extraction): dotted paths, in order.
 CONSOLIDATION_EXTRACTORS = [
     p
