@@ -8,6 +8,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html
 
 from ledger.admin import ReadOnlyAdmin
 
@@ -70,6 +71,21 @@ class EnvironmentFilter(RecentValuesFilter):
     field_name = "environment"
 
 
+class DuplicateFilter(admin.SimpleListFilter):
+    title = "duplicate"
+    parameter_name = "duplicate"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Yes: collapsed under a canonical episode"), ("no", "No")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(canonical_id__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(canonical_id__isnull=True)
+        return queryset
+
+
 def _with_embedded(queryset):
     return queryset.annotate(
         has_embedding=ExpressionWrapper(Q(embedding__isnull=False), output_field=BooleanField())
@@ -91,6 +107,7 @@ class EpisodeAdmin(ReadOnlyAdmin):
     ]
     list_filter = [
         "instruction_like",
+        DuplicateFilter,
         "outcome",
         ActorFilter,
         EnvironmentFilter,
@@ -122,7 +139,16 @@ class EpisodeAdmin(ReadOnlyAdmin):
         ),
         (
             "Provenance",
-            {"fields": ["source_type", "authority", "raw_event", "created_at", "instruction_like"]},
+            {
+                "fields": [
+                    "source_type",
+                    "authority",
+                    "raw_event",
+                    "created_at",
+                    "instruction_like",
+                    "canonical_link",
+                ]
+            },
         ),
         ("Embedding", {"fields": ["embedded", "embedding_model", "embedded_at"]}),
     ]
@@ -150,6 +176,7 @@ class EpisodeAdmin(ReadOnlyAdmin):
         "raw_event",
         "created_at",
         "instruction_like",
+        "canonical_link",
         "embedded",
         "embedding_model",
         "embedded_at",
@@ -205,6 +232,13 @@ class EpisodeAdmin(ReadOnlyAdmin):
     @admin.display(description="embedded", boolean=True, ordering="embedded_at")
     def embedded(self, obj) -> bool:
         return obj.has_embedding
+
+    @admin.display(description="duplicate of")
+    def canonical_link(self, obj: Episode) -> str:
+        if obj.canonical_id is None:
+            return "-"
+        url = reverse("admin:episodes_episode_change", args=[obj.canonical_id])
+        return format_html('<a href="{}">{}</a>', url, obj.canonical_id)
 
 
 @admin.register(SourceChunk)

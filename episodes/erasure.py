@@ -142,6 +142,14 @@ def erase(scope: ErasureScope) -> None:
                 [uuid_array(erased), agent.pk, uuid_array(erased)],
             )
             scope.note_removed(EPISODE_LINKS, [row[0] for row in cursor.fetchall()])
+            # Duplicates of an erased canonical episode stand on their own again
+            # (as a rebuild leaves them: a collapse needs its canonical episode).
+            cursor.execute(
+                f"UPDATE {Episode._meta.db_table} SET canonical_id = NULL "
+                "WHERE agent_id = %s AND canonical_id = ANY(%s::uuid[]) RETURNING id",
+                [agent.pk, uuid_array(erased)],
+            )
+            scope.note_removed(EPISODE_LINKS, [row[0] for row in cursor.fetchall()])
 
 
 def _delete(model, ids: list) -> None:
@@ -181,6 +189,11 @@ def residue(scope: ErasureScope) -> list[dict]:
             EPISODES,
             "links_to_erased_document",
             Episode.objects.filter(agent=agent, source_id__any=erased_sources),
+        ),
+        finding(
+            EPISODES,
+            "duplicate_of_erased_episode",
+            Episode.objects.filter(agent=agent, canonical_id__any=erased_episodes),
         ),
         finding(
             ACTOR_GRAPHS,

@@ -122,6 +122,12 @@ class Episode(models.Model):
         "(piper.safety, at write time; the verdict is in the event's payload). Kept as "
         "evidence, marked in recall, never consolidated.",
     )
+    canonical_id = models.UUIDField(
+        null=True,
+        blank=True,
+        help_text="A near-duplicate of this episode (an episode.collapsed event): kept as "
+        "evidence, never deleted, and searches answer with the canonical one instead.",
+    )
     search_vector = models.GeneratedField(
         expression=RawSQL(EPISODE_TSVECTOR_SQL, ()),
         output_field=SearchVectorField(),
@@ -144,6 +150,10 @@ class Episode(models.Model):
             models.CheckConstraint(
                 condition=models.Q(embedding__isnull=True) | ~models.Q(embedding_model=""),
                 name="episodes_episode_embedding_has_model",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(canonical_id=models.F("id")),
+                name="episodes_episode_not_its_own_duplicate",
             ),
         ]
         indexes = [
@@ -196,6 +206,12 @@ class Episode(models.Model):
                 fields=["agent", "id"],
                 name="episodes_unembedded_idx",
                 condition=models.Q(embedding__isnull=True),
+            ),
+            # A canonical episode's duplicates (few rows have one).
+            models.Index(
+                fields=["canonical_id"],
+                name="episodes_duplicates_idx",
+                condition=models.Q(canonical_id__isnull=False),
             ),
             # The few flagged rows (admin filter, reviews); empty for almost every row.
             models.Index(

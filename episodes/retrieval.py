@@ -1257,6 +1257,57 @@ def _full_rows(spec: _Spec, cands: list[_Candidate]) -> list[tuple[_Candidate, A
     return out
 
 
+def _canonical_hits(spec: _Spec, cands: list[_Candidate], limit: int) -> list[Hit]:
+    """The best `limit` candidates as hits, a collapsed duplicate answered by its
+    canonical episode (once, at the duplicate's rank; signal `duplicate_of`). With no
+    duplicate among them — almost always — this is exactly _full_rows over the first
+    `limit`, and costs no statement more; a group that collapsed makes room, filled
+    from the next candidates."""
+    hits: list[Hit] = []
+    shown: set = set()
+    start = 0
+    while len(hits) < limit and start < len(cands):
+        chunk = cands[start : start + limit - len(hits)]
+        start += len(chunk)
+        loaded = _full_rows(spec, chunk)
+        wanted = {obj.canonical_id for _, obj in loaded if obj.canonical_id is not None}
+        canonical = _episodes_by_id(spec, wanted) if wanted else {}
+        merged = False
+        for c, obj in loaded:
+            signals = c.signals
+            if obj.canonical_id is not None and obj.canonical_id in canonical:
+                signals = {**c.signals, "duplicate_of": str(obj.canonical_id)}
+                signals["collapsed_hit"] = str(obj.pk)
+                obj = canonical[obj.canonical_id]
+            if obj.pk in shown:
+                merged = True
+                continue
+            shown.add(obj.pk)
+            hits.append(Hit(spec.kind, obj, round(c.score, 6), signals))
+        if not merged:
+            break  # nothing collapsed: what _full_rows kept is the answer, as before
+    return hits
+
+
+def _episodes_by_id(spec: _Spec, ids: set) -> dict:
+    """Episodes by id, every column but the search columns (canonical episodes of hits)."""
+    columns = ", ".join(f"e.{c}" for c in spec.columns)
+    with server_bound_cursor(binary=True) as cursor:
+        cursor.execute(
+            f"SELECT {columns}, e.embedding IS NOT NULL FROM {spec.table} e "
+            "WHERE e.id = ANY(%s::uuid[])",
+            [list(ids)],
+        )
+        rows = cursor.fetchall()
+    attnames = _attnames(spec.model, spec.columns)
+    found = {}
+    for row in rows:
+        obj = spec.model.from_db(connection.alias, attnames, row[:-1])
+        obj.embedded = row[-1]
+        found[obj.pk] = obj
+    return found
+
+
 def _search(
     *,
     spec: _Spec,
@@ -1298,10 +1349,14 @@ def _search(
 
     evidence = max((c.evidence for c in cands if c.evidence is not None), default=None)
     abstained = abstain and (evidence is None or evidence < fetched.threshold)
-    returned = cands[: min(limit, NEAR_MISSES) if abstained else limit]
-    hits = [
-        Hit(spec.kind, obj, round(c.score, 6), c.signals) for c, obj in _full_rows(spec, returned)
-    ]
+    shown = min(limit, NEAR_MISSES) if abstained else limit
+    if spec.kind == "episode":
+        hits = _canonical_hits(spec, cands, shown)
+    else:
+        hits = [
+            Hit(spec.kind, obj, round(c.score, 6), c.signals)
+            for c, obj in _full_rows(spec, cands[:shown])
+        ]
     return SearchResult(
         hits=[] if abstained else hits,
         abstained=abstained,

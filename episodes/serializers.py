@@ -171,6 +171,11 @@ class EpisodeOutputSerializer(serializers.Serializer):
         help_text="Its text tries to act as an instruction to the model reading it "
         "(flagged at write time; kept as evidence, never consolidated)."
     )
+    canonical_id = serializers.UUIDField(
+        allow_null=True,
+        help_text="It is a near-duplicate of this episode: kept, and searches answer with "
+        "that one instead.",
+    )
     created_at = serializers.DateTimeField()
     embedded = serializers.BooleanField(help_text="Has its vector been computed yet?")
     embedding_model = serializers.CharField(help_text="The model that made the vector, or ''.")
@@ -207,6 +212,7 @@ class EpisodeOutputSerializer(serializers.Serializer):
             "authority": episode.authority,
             "raw_event_id": str(episode.raw_event_id),
             "instruction_like": episode.instruction_like,
+            "canonical_id": None if episode.canonical_id is None else str(episode.canonical_id),
             "created_at": api_datetime(episode.created_at),
             "embedded": _embedded(episode),
             "embedding_model": episode.embedding_model,

@@ -28,7 +28,7 @@ from django.db import connection, transaction
 from ledger.models import ChainHead, Event, Source
 from ledger.services import EventDraft, event_append, events_append, source_register
 from piper import safety
-from piper.errors import InvalidInput, Unprocessable
+from piper.errors import Conflict, InvalidInput, Unprocessable
 from piper.ids import uuid7
 from piper.provenance import (
     DEFAULT_AUTHORITY_FOR_SOURCE,
@@ -45,6 +45,8 @@ from .models import EMBEDDING_DIM, Episode, Outcome, SourceChunk
 logger = logging.getLogger(__name__)
 
 EPISODE_RECORDED = "episode.recorded"
+EPISODES_COLLAPSED = "episode.collapsed"
+MAX_REASON_CHARS = 2000
 SOURCE_REGISTERED = "source.registered"  # written by ledger.services.source_register
 SOURCE_CHUNKED = "source.chunked"
 MAX_BATCH = 1000
@@ -385,6 +387,110 @@ def _queue_embedding(agent_id: uuid.UUID, episode_ids: list[uuid.UUID]) -> None:
     queue_episode_embedding(agent_id=agent_id, episode_ids=episode_ids)
 
 
+# -------------------------------------------------------------------- duplicates
+
+
+def episodes_collapse(
+    *,
+    agent: Agent,
+    canonical_id: uuid.UUID,
+    duplicate_ids: Sequence[uuid.UUID],
+    reason: str,
+    actor: str = "",
+) -> list[uuid.UUID]:
+    """Group near-duplicates under one canonical episode: each duplicate keeps its row
+    and its event (evidence is never deleted), gains `canonical_id`, and searches answer
+    with the canonical episode in its place. One `episode.collapsed` event records it
+    (the rebuild replays it). Returns the duplicates' ids, in input order.
+
+    InvalidInput for an empty or oversized list, the canonical among its own
+    duplicates, or no reason; Unprocessable (unknown_episode_reference) for an id
+    that is not this agent's episode; Conflict (already_collapsed) when the
+    canonical is itself a duplicate, a duplicate is already one, or a duplicate
+    has duplicates of its own. Nothing is written on a refusal.
+    """
+    duplicates = list(dict.fromkeys(duplicate_ids))
+    if not duplicates or len(duplicates) > MAX_BATCH:
+        raise InvalidInput(
+            f"duplicate_ids: 1 to {MAX_BATCH:,} episode ids",
+            details={"duplicate_ids": ["empty or too many"]},
+        )
+    if canonical_id in duplicates:
+        raise InvalidInput(
+            "duplicate_ids: an episode is not a duplicate of itself",
+            details={"duplicate_ids": [str(canonical_id)]},
+        )
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON_CHARS:
+        raise InvalidInput(
+            f"reason: say why, in 1-{MAX_REASON_CHARS} characters",
+            details={"reason": ["required"]},
+        )
+    with transaction.atomic():
+        wanted = [canonical_id, *duplicates]
+        rows = dict(
+            Episode.objects.select_for_update()
+            .filter(agent=agent, pk__in=wanted)
+            .order_by("pk")
+            .values_list("pk", "canonical_id")
+        )
+        if missing := [str(i) for i in wanted if i not in rows]:
+            raise Unprocessable(
+                f"episode {missing[0]} does not exist",
+                code="unknown_episode_reference",
+                details={"missing_episode_ids": missing},
+            )
+        if rows[canonical_id] is not None:
+            raise Conflict(
+                f"episode {canonical_id} is itself a duplicate of {rows[canonical_id]}; "
+                "collapse into that one",
+                code="already_collapsed",
+            )
+        taken = [str(d) for d in duplicates if rows[d] is not None]
+        taken += [
+            str(i)
+            for i in Episode.objects.filter(agent=agent, canonical_id__in=duplicates)
+            .values_list("canonical_id", flat=True)
+            .distinct()
+        ]
+        if taken:
+            raise Conflict(
+                f"episode {taken[0]} is already part of a duplicate group",
+                code="already_collapsed",
+                details={"episode_ids": sorted(set(taken))},
+            )
+        event = event_append(
+            agent=agent,
+            event_type=EPISODES_COLLAPSED,
+            payload={
+                "canonical_id": str(canonical_id),
+                "duplicate_ids": [str(d) for d in duplicates],
+                "reason": reason,
+            },
+            actor=actor,
+            source_type=SourceType.AGENT_INFERENCE,
+        )
+        _apply_collapse(event.agent_id, event.payload)
+    return duplicates
+
+
+def _apply_collapse(agent_id: uuid.UUID, payload: dict) -> int:
+    """Point the duplicates at their canonical episode, if it (still) exists."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Episode._meta.db_table} SET canonical_id = %s "
+            "WHERE agent_id = %s AND id = ANY(%s::uuid[]) AND id <> %s "
+            f"AND EXISTS (SELECT 1 FROM {Episode._meta.db_table} WHERE id = %s)",
+            [
+                payload["canonical_id"],
+                agent_id,
+                payload["duplicate_ids"],
+                payload["canonical_id"],
+                payload["canonical_id"],
+            ],
+        )
+        return cursor.rowcount
+
+
 # ----------------------------------------------------------------------- sources
 
 
@@ -678,8 +784,9 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
     """Drop episodes and source chunks (one agent's, or all) and replay the ledger.
 
     Episodes come from `episode.recorded` events, chunks from `source.chunked`
-    events over their source's content, in chain order; redacted events are
-    skipped (what they recorded is gone). Every column comes back as it was —
+    events over their source's content, duplicate groups from `episode.collapsed`
+    events, in chain order; redacted events are skipped (what they recorded is
+    gone). Every column comes back as it was —
     ids, created_at (the event's record time) — and so do the vectors: a
     row rebuilt from the same event has the same text, so its stored vector is
     kept; rows without one are queued for embedding after commit. The agents'
@@ -731,6 +838,12 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
                 SourceChunk.objects.bulk_create(chunks)
                 chunks = []
         SourceChunk.objects.bulk_create(chunks)
+        collapses = Event.objects.filter(event_type=EPISODES_COLLAPSED, redacted_at__isnull=True)
+        if agent is not None:
+            collapses = collapses.filter(agent=agent)
+        for event in collapses.order_by("agent_id", "seq").iterator(chunk_size=REBUILD_BATCH):
+            _apply_collapse(event.agent_id, event.payload)
+            applied += 1
         with connection.cursor() as cursor:
             for kind, model_class in (("episode", Episode), ("chunk", SourceChunk)):
                 cursor.execute(

@@ -128,6 +128,22 @@ def test_the_instruction_like_filter(admin_client, rows):
     )
 
 
+def test_the_duplicate_filter_and_link(admin_client, rows):
+    from episodes.services import episodes_collapse
+
+    oom, deploy = rows["episode"], rows["deploy"]
+    episodes_collapse(agent=oom.agent, canonical_id=oom.pk, duplicate_ids=[deploy.pk], reason="x")
+    url = reverse("admin:episodes_episode_changelist")
+    assert [
+        e.pk for e in admin_client.get(url, {"duplicate": "yes"}).context["cl"].result_list
+    ] == [deploy.pk]
+    assert [e.pk for e in admin_client.get(url, {"duplicate": "no"}).context["cl"].result_list] == [
+        oom.pk
+    ]
+    page = admin_client.get(reverse("admin:episodes_episode_change", args=[deploy.pk]))
+    assert reverse("admin:episodes_episode_change", args=[oom.pk]) in page.content.decode()
+
+
 def test_chunk_filters_and_search(admin_client, rows):
     url = reverse("admin:episodes_sourcechunk_changelist")
     assert admin_client.get(url, {"q": '"Paragraph 2 sentence 0"'}).context["cl"].result_count == 1

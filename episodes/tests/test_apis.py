@@ -54,6 +54,7 @@ def episode_body(episode_id, *, embedding: bool = False) -> dict:
         "authority": e.authority,
         "raw_event_id": str(e.raw_event_id),
         "instruction_like": e.instruction_like,
+        "canonical_id": None if e.canonical_id is None else str(e.canonical_id),
         "created_at": iso(e.created_at),
         "embedded": e.embedding is not None,
         "embedding_model": e.embedding_model,

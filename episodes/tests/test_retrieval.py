@@ -575,3 +575,46 @@ def test_chunk_search_finds_passages_of_this_agents_sources(agent_a):
         ).near_misses
         == []
     )
+
+
+# ---------------------------------------------------------------- duplicates
+
+
+def test_a_collapsed_duplicate_is_answered_by_its_canonical_episode(agent_a):
+    from episodes.services import episodes_collapse
+
+    canonical = record(
+        agent_a, summary="Kafka consumer lag alarm fired on orders", embedding=topic(1)
+    )
+    copy = record(agent_a, summary="Kafka consumer lag alarm fired on orders!", embedding=topic(1))
+    closer = record(agent_a, summary="Kafka consumer lag alarm fired on the orders topic again")
+    other = record(agent_a, summary="Rotated the database password", embedding=topic(2))
+    before = search(agent_a, "kafka consumer lag orders topic", vector=topic(1), limit=3)
+    assert {h.obj.pk for h in before.hits} == {canonical.pk, copy.pk, closer.pk}
+    episodes_collapse(
+        agent=agent_a, canonical_id=canonical.pk, duplicate_ids=[copy.pk, closer.pk], reason="same"
+    )
+    after = search(agent_a, "kafka consumer lag orders topic", vector=topic(1), limit=3)
+    # The canonical episode answers once, at the best of its group's ranks; the
+    # duplicates are kept (never deleted) and never listed; the room they leave
+    # goes to the next candidate.
+    assert [h.obj.pk for h in after.hits] == [canonical.pk, other.pk]
+    assert after.hits[0].score == before.hits[0].score
+    assert (
+        Episode.objects.filter(pk__in=[copy.pk, closer.pk], canonical_id=canonical.pk).count() == 2
+    )
+    if before.hits[0].obj.pk != canonical.pk:
+        assert after.hits[0].signals["duplicate_of"] == str(canonical.pk)
+        assert after.hits[0].signals["collapsed_hit"] == str(before.hits[0].obj.pk)
+    # Asked for what only the other episode says, it still answers.
+    found = search(agent_a, "database password", vector=topic(2)).hits
+    assert [h.obj.pk for h in found] == [other.pk, canonical.pk]
+
+
+def test_without_duplicates_no_statement_is_added(agent_a):
+    for n in range(5):
+        record(agent_a, summary=f"Kafka lag alarm number {n}", embedding=topic(1))
+    search(agent_a, "kafka lag alarm", vector=topic(1))  # warm the statistics
+    with CaptureQueriesContext(connection) as plain:
+        search(agent_a, "kafka lag alarm", vector=topic(1), limit=3)
+    assert not any("IS NOT NULL FROM" in q["sql"] for q in plain.captured_queries)

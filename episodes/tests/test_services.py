@@ -35,7 +35,7 @@ from episodes.tests.factories import (
 )
 from ledger.models import Event, Source
 from ledger.services import source_register
-from piper.errors import InvalidInput, Unprocessable
+from piper.errors import Conflict, InvalidInput, Unprocessable
 from piper.tenancy.tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
@@ -140,6 +140,7 @@ class TestRecord:
             "source_id": source.pk,
             "raw_event_id": event.pk,
             "instruction_like": False,
+            "canonical_id": None,
             "embedding": None,
             "embedding_model": "",
             "embedded_at": None,
@@ -753,3 +754,71 @@ def test_concurrent_chunking_of_one_source_writes_once():
     assert sorted(written) in ([0, 0, 0, 3], [0, 0, 0, 0])
     assert SourceChunk.objects.filter(source=source).count() == 3
     assert len(events_of(agent, SOURCE_CHUNKED)) == 1
+
+
+# -------------------------------------------------------------------- duplicates
+
+
+class TestCollapse:
+    def test_duplicates_are_kept_and_point_at_their_canonical_episode(self, agent):
+        from episodes.services import EPISODES_COLLAPSED, episodes_collapse
+
+        first, second, third = (EpisodeFactory(agent=agent, summary="disk full") for _ in range(3))
+        done = episodes_collapse(
+            agent=agent,
+            canonical_id=first.pk,
+            duplicate_ids=[third.pk, second.pk, third.pk],
+            reason="same alert",
+            actor="consolidation",
+        )
+        assert done == [third.pk, second.pk]
+        [event] = events_of(agent, EPISODES_COLLAPSED)
+        assert (event.payload, event.actor) == (
+            {
+                "canonical_id": str(first.pk),
+                "duplicate_ids": [str(third.pk), str(second.pk)],
+                "reason": "same alert",
+            },
+            "consolidation",
+        )
+        assert sorted(Episode.objects.filter(agent=agent).values_list("canonical_id", flat=True),
+                      key=str) == sorted([None, first.pk, first.pk], key=str)  # fmt: skip
+
+    def test_refusals_write_nothing(self, agent):
+        from episodes.services import episodes_collapse
+
+        a, b, c = (EpisodeFactory(agent=agent, summary="x") for _ in range(3))
+        theirs = EpisodeFactory(agent=AgentFactory(name="theirs"), summary="x")
+        episodes_collapse(agent=agent, canonical_id=a.pk, duplicate_ids=[b.pk], reason="same")
+        before = memory_state()
+
+        def refused(canonical, duplicates, reason="same"):
+            with pytest.raises((InvalidInput, Unprocessable, Conflict)) as caught:
+                episodes_collapse(
+                    agent=agent, canonical_id=canonical, duplicate_ids=duplicates, reason=reason
+                )
+            return caught.value.code, caught.value.message
+
+        assert refused(a.pk, []) == ("invalid", "duplicate_ids: 1 to 1,000 episode ids")
+        assert refused(c.pk, [c.pk]) == (
+            "invalid",
+            "duplicate_ids: an episode is not a duplicate of itself",
+        )
+        assert refused(a.pk, [c.pk], reason=" ")[0] == "invalid"
+        assert refused(a.pk, [theirs.pk]) == (
+            "unknown_episode_reference",
+            f"episode {theirs.pk} does not exist",
+        )
+        assert refused(b.pk, [c.pk]) == (
+            "already_collapsed",
+            f"episode {b.pk} is itself a duplicate of {a.pk}; collapse into that one",
+        )
+        assert refused(c.pk, [b.pk]) == (
+            "already_collapsed",
+            f"episode {b.pk} is already part of a duplicate group",
+        )
+        assert refused(c.pk, [a.pk]) == (
+            "already_collapsed",
+            f"episode {a.pk} is already part of a duplicate group",
+        )
+        assert memory_state() == before

@@ -33,6 +33,7 @@ from django.db.models import Exists, OuterRef, Q, TextField, UUIDField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
+from consolidation import erasure as consolidation_erasure
 from episodes import erasure as episodes_erasure
 from facts import erasure as facts_erasure
 from facts.selectors import entity_resolve
@@ -62,8 +63,15 @@ MAX_TEXT_CHARS = 300
 # The memory apps, in the order they erase (an app may need what one before
 # it removed: skills cut erased episodes out of their provenance, recall
 # drops traces naming any erased row).
-ERASERS = (facts_erasure, episodes_erasure, skills_erasure, intentions_erasure, recall_erasure)
-EXPANDERS = (facts_erasure.expand, episodes_erasure.expand)
+ERASERS = (
+    facts_erasure,
+    episodes_erasure,
+    skills_erasure,
+    intentions_erasure,
+    consolidation_erasure,
+    recall_erasure,
+)
+EXPANDERS = (facts_erasure.expand, episodes_erasure.expand, consolidation_erasure.expand)
 
 
 @dataclass(frozen=True)

@@ -121,3 +121,39 @@ def test_an_erased_value_left_in_a_fact_text_is_found():
         )
     result.scope.add_texts(["Porto Alegre district"])
     assert found(result, "fact_texts", "erased_words") == 1
+
+
+def test_duplicates_of_an_erased_canonical_episode_stand_on_their_own():
+    from datetime import UTC, datetime
+
+    from episodes.models import Episode
+    from episodes.services import EpisodeDraft, episodes_collapse, episodes_record
+
+    agent = AgentFactory(name="dupes")
+    canonical, copy = episodes_record(
+        agent=agent,
+        drafts=[
+            EpisodeDraft(
+                occurred_at=datetime(2026, 1, 1, tzinfo=UTC), summary="the disk filled up"
+            ),
+            EpisodeDraft(
+                occurred_at=datetime(2026, 1, 1, 0, 1, tzinfo=UTC), summary="the disk filled up"
+            ),
+        ],
+    )
+    episodes_collapse(
+        agent=agent, canonical_id=canonical.pk, duplicate_ids=[copy.pk], reason="same"
+    )
+    assert Episode.objects.get(pk=copy.pk).canonical_id == canonical.pk
+    result = erasure_run(
+        agent=agent,
+        selector=Selector(event_ids=(canonical.raw_event_id,)),
+        reason="test",
+        requested_by="test",
+    )
+    assert result.receipt.residue_found == 0
+    assert Episode.objects.get(pk=copy.pk).canonical_id is None
+    from episodes.services import rebuild_projection
+
+    rebuild_projection(agent=agent)
+    assert Episode.objects.get(pk=copy.pk).canonical_id is None

@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "episodes",
     "skills",
     "intentions",
+    "consolidation",
     "piper.recall",
     "forgetting",
     "battery",
@@ -158,6 +159,8 @@ SPECTACULAR_SETTINGS = {
         "RecallRouteEnum": "piper.recall.models.Route",
         "PrivacyClassEnum": "piper.provenance.PrivacyClass",
         "RetentionClassEnum": "piper.provenance.RetentionClass",
+        "ConsolidationRunKindEnum": "consolidation.models.RunKind",
+        "ConsolidationRunStatusEnum": "consolidation.models.RunStatus",
     },
 }
 
@@ -244,6 +247,35 @@ EPISODES_GRAPH_BUILD_MEMORY = os.environ.get("EPISODES_GRAPH_BUILD_MEMORY", "1GB
 SKILLS_MATCH_CANDIDATES = env_int("SKILLS_MATCH_CANDIDATES", 20)
 # The longest ?wait= a synchronous execute may ask for.
 SKILLS_MAX_WAIT_SECONDS = env_int("SKILLS_MAX_WAIT_SECONDS", 10)
+
+# -------------------------------------------------------------------- consolidation
+
+# How often celery-beat looks for agents with episodes not yet consolidated.
+CONSOLIDATION_CYCLE_SECONDS = env_int("CONSOLIDATION_CYCLE_SECONDS", 600)
+# Episodes a step reads (one transaction), and how long one task steps before it
+# re-queues itself (below the task's soft time limit).
+CONSOLIDATION_BATCH_SIZE = env_int("CONSOLIDATION_BATCH_SIZE", 200)
+CONSOLIDATION_TASK_BUDGET_SECONDS = env_int("CONSOLIDATION_TASK_BUDGET_SECONDS", 180)
+# A running run whose last step is older than this is resumed by the periodic task.
+CONSOLIDATION_STALE_SECONDS = env_int("CONSOLIDATION_STALE_SECONDS", 600)
+# A candidate is asserted (as agent_inference) with this many distinct sources and
+# this combined confidence; below, it waits for more evidence or an accept.
+CONSOLIDATION_MIN_SOURCES = env_int("CONSOLIDATION_MIN_SOURCES", 1)
+CONSOLIDATION_MIN_CONFIDENCE = env_float("CONSOLIDATION_MIN_CONFIDENCE", 0.6)
+# Duplicate collapse: episodes of one actor in one session (or, without a session,
+# this close in time) whose words are at least this similar (token Jaccard), and
+# whose vectors, when both have one, at least this close (cosine).
+CONSOLIDATION_DUPLICATE_WINDOW_SECONDS = env_int("CONSOLIDATION_DUPLICATE_WINDOW_SECONDS", 86400)
+CONSOLIDATION_DUPLICATE_MIN_TEXT = env_float("CONSOLIDATION_DUPLICATE_MIN_TEXT", 0.9)
+CONSOLIDATION_DUPLICATE_MIN_COSINE = env_float("CONSOLIDATION_DUPLICATE_MIN_COSINE", 0.95)
+# The extractors in use (consolidation.extraction): dotted paths, in order.
+CONSOLIDATION_EXTRACTORS = [
+    p
+    for p in os.environ.get(
+        "CONSOLIDATION_EXTRACTORS", "consolidation.extraction.PatternExtractor"
+    ).split(",")
+    if p
+]
 
 # ---------------------------------------------------------------------- embeddings
 

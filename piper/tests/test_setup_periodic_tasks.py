@@ -41,9 +41,17 @@ def test_creates_the_periodic_tasks():
         "created    piper:episodes-embed-backlog\n"
         "created    piper:forgetting-retention-sweep\n"
         "created    piper:episodes-agent-graphs\n"
+        "created    piper:consolidation-due\n"
     )
     assert summary() == [
         ("piper:beat-heartbeat", "piper.beat_heartbeat", "every 30 seconds", True, 30),
+        (
+            "piper:consolidation-due",
+            "consolidation.consolidate_due",
+            "every 600 seconds",
+            True,
+            600,
+        ),
         (
             "piper:episodes-agent-graphs",
             "episodes.build_agent_graphs",
@@ -120,13 +128,14 @@ def test_running_twice_leaves_exactly_the_same_rows():
         "unchanged  piper:episodes-embed-backlog\n"
         "unchanged  piper:forgetting-retention-sweep\n"
         "unchanged  piper:episodes-agent-graphs\n"
+        "unchanged  piper:consolidation-due\n"
     )
     assert rows() == first
     assert (
         list(IntervalSchedule.objects.values()),
         list(CrontabSchedule.objects.values()),
     ) == schedules
-    assert len(schedules[0]) == 4 and len(schedules[1]) == 5
+    assert len(schedules[0]) == 5 and len(schedules[1]) == 5
 
 
 def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
@@ -149,11 +158,13 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
         "unchanged  piper:episodes-embed-backlog\n"
         "unchanged  piper:forgetting-retention-sweep\n"
         "unchanged  piper:episodes-agent-graphs\n"
+        "unchanged  piper:consolidation-due\n"
         "disabled   piper:retired-job\n"
     )
     assert [(name, enabled) for name, _, _, enabled, _ in summary()] == [
         ("operator-job", True),
         ("piper:beat-heartbeat", True),
+        ("piper:consolidation-due", True),
         ("piper:episodes-agent-graphs", True),
         ("piper:episodes-embed-backlog", True),
         ("piper:forgetting-retention-sweep", True),

@@ -118,6 +118,14 @@ PERIODIC_TASKS: tuple[Periodic, ...] = (
         "EPISODES_AGENT_GRAPH_MIN_ROWS episodes (the largest EPISODES_AGENT_GRAPH_MAX_GRAPHS).",
         expire_seconds=3600,
     ),
+    Periodic(
+        name=PREFIX + "consolidation-due",
+        task="consolidation.consolidate_due",
+        schedule=Every(seconds=settings.CONSOLIDATION_CYCLE_SECONDS),
+        description="Queues a consolidation run for every agent with episodes recorded since "
+        "its last one (episodes -> candidate facts), and resumes runs whose worker died.",
+        expire_seconds=settings.CONSOLIDATION_CYCLE_SECONDS,
+    ),
 )
 
 

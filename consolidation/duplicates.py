@@ -1,0 +1,109 @@
+"""Near-duplicate episodes, grouped under one canonical episode (DESIGN.md §8).
+
+An agent that records the same thing again — a retried tool call, a notice
+re-posted in a session, a summary written twice — crowds its own search
+results. A `duplicates` consolidation run reads the new episodes and, for each,
+looks among the same actor's earlier episodes of the same session (or, with no
+session, within CONSOLIDATION_DUPLICATE_WINDOW_SECONDS) for one whose words are
+near-identical (token Jaccard ≥ CONSOLIDATION_DUPLICATE_MIN_TEXT) and whose
+vector, when both have one, is as close (cosine ≥ CONSOLIDATION_DUPLICATE_MIN_COSINE).
+It collapses the new episode into the earliest such canonical episode through
+episodes.services.episodes_collapse: the duplicate keeps its row and its event,
+and searches answer with the canonical episode in its place.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import timedelta
+
+from django.conf import settings
+
+from episodes.models import Episode
+
+_TOKENS = re.compile(r"[a-z0-9]+")
+
+
+def tokens(episode: Episode) -> frozenset[str]:
+    text = " ".join((episode.summary, episode.action, episode.observation)).lower()
+    return frozenset(_TOKENS.findall(text))
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+def cosine(a, b) -> float | None:
+    if a is None or b is None:
+        return None
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else None
+
+
+def _key(episode: Episode) -> tuple[str, str]:
+    return (episode.actor, episode.session_id)
+
+
+def find_duplicates(agent_id, batch: Sequence[Episode], *, after_seq: int) -> dict:
+    """{canonical episode id: [duplicate ids, in order]} for the new episodes in `batch`
+    (in ledger order, all recorded after ledger seq `after_seq`). A duplicate's canonical
+    is an episode recorded before it that is itself no duplicate; two new near-identical
+    episodes collapse into the first."""
+    window = timedelta(seconds=settings.CONSOLIDATION_DUPLICATE_WINDOW_SECONDS)
+    min_text = settings.CONSOLIDATION_DUPLICATE_MIN_TEXT
+    min_cosine = settings.CONSOLIDATION_DUPLICATE_MIN_COSINE
+    new = [e for e in batch if e.canonical_id is None]
+    if not new:
+        return {}
+    # The earlier episodes each new one may repeat: one query per actor and session.
+    pools: dict[tuple[str, str], list[Episode]] = {}
+    by_key: dict[tuple[str, str], list[Episode]] = defaultdict(list)
+    for episode in new:
+        by_key[_key(episode)].append(episode)
+    batch_ids = [e.pk for e in batch]
+    for (actor, session), group in by_key.items():
+        earlier = Episode.objects.filter(
+            agent_id=agent_id,
+            actor=actor,
+            session_id=session,
+            canonical_id__isnull=True,
+            raw_event__seq__lte=after_seq,
+        ).exclude(pk__in=batch_ids)
+        if not session:
+            earlier = earlier.filter(
+                occurred_at__gte=min(e.occurred_at for e in group) - window,
+                occurred_at__lte=max(e.occurred_at for e in group) + window,
+            )
+        pools[(actor, session)] = list(
+            earlier.order_by("occurred_at", "id").only(
+                "id", "occurred_at", "summary", "action", "observation", "embedding"
+            )[:500]
+        )
+    found: dict = defaultdict(list)
+    words: dict = {}
+    for episode in new:
+        pool = pools[_key(episode)]
+        mine = words.setdefault(episode.pk, tokens(episode))
+        best, best_score = None, min_text
+        for other in pool:
+            if not episode.session_id and abs(other.occurred_at - episode.occurred_at) > window:
+                continue
+            score = jaccard(mine, words.setdefault(other.pk, tokens(other)))
+            if score < best_score:
+                continue
+            close = cosine(episode.embedding, other.embedding)
+            if close is not None and close < min_cosine:
+                continue
+            if best is None or score > best_score:
+                best, best_score = other, score
+        if best is None:
+            pool.append(episode)  # a canonical candidate for the episodes after it
+        else:
+            found[best.pk].append(episode.pk)
+    return dict(found)

@@ -1,0 +1,213 @@
+"""Request and response shapes of the consolidation API: strict inputs, declared outputs."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from piper.api.serializers import StrictCharField, StrictSerializer, api_datetime
+
+from .models import CandidateFact, CandidateStatus, ConsolidationRun, RunKind, RunStatus
+from .services import MAX_REASON_CHARS
+
+
+class CursorQuerySerializer(StrictSerializer):
+    cursor = serializers.CharField(required=False, help_text="From a 'next' or 'previous' link.")
+    limit = serializers.IntegerField(
+        min_value=1, max_value=1000, required=False, help_text="Page size (default 100)."
+    )
+
+
+def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
+    return type(
+        name,
+        (serializers.Serializer,),
+        {
+            "next": serializers.URLField(allow_null=True),
+            "previous": serializers.URLField(allow_null=True),
+            "results": item(many=True),
+        },
+    )
+
+
+# ------------------------------------------------------------------------- inputs
+
+
+class RunListQuerySerializer(CursorQuerySerializer):
+    kind = serializers.ChoiceField(choices=RunKind.choices, required=False)
+    status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
+
+
+class RunStartInputSerializer(StrictSerializer):
+    kind = serializers.ChoiceField(choices=RunKind.choices, required=False, default=RunKind.FACTS)
+
+
+class CandidateListQuerySerializer(CursorQuerySerializer):
+    status = serializers.ChoiceField(choices=CandidateStatus.choices, required=False)
+    predicate = serializers.CharField(max_length=100, required=False)
+    subject = serializers.CharField(max_length=300, required=False, help_text="Any case.")
+    run = serializers.UUIDField(required=False, help_text="Proposed by this run.")
+
+
+class CandidateAcceptInputSerializer(StrictSerializer):
+    pass
+
+
+class CandidateRejectInputSerializer(StrictSerializer):
+    reason = StrictCharField(max_length=MAX_REASON_CHARS, help_text="Why (kept with it).")
+
+
+# ------------------------------------------------------------------------ outputs
+
+
+class RunOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    kind = serializers.ChoiceField(choices=RunKind.choices)
+    status = serializers.ChoiceField(choices=RunStatus.choices)
+    from_seq = serializers.IntegerField(help_text="It read episode events after this seq …")
+    to_seq = serializers.IntegerField(help_text="… up to this one.")
+    cursor_seq = serializers.IntegerField(help_text="Done up to here.")
+    episodes_read = serializers.IntegerField()
+    episodes_excluded = serializers.IntegerField()
+    statements_found = serializers.IntegerField()
+    statements_skipped = serializers.IntegerField()
+    candidates_proposed = serializers.IntegerField()
+    candidates_asserted = serializers.IntegerField()
+    steps = serializers.IntegerField()
+    details = serializers.JSONField()
+    error = serializers.CharField()
+    started_at = serializers.DateTimeField()
+    heartbeat_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    duration_ms = serializers.IntegerField(allow_null=True)
+    source_event_id = serializers.UUIDField()
+    finish_event_id = serializers.UUIDField(allow_null=True)
+
+    def to_representation(self, run: ConsolidationRun) -> dict:
+        return {
+            "id": str(run.pk),
+            "kind": run.kind,
+            "status": run.status,
+            "from_seq": run.from_seq,
+            "to_seq": run.to_seq,
+            "cursor_seq": run.cursor_seq,
+            "episodes_read": run.episodes_read,
+            "episodes_excluded": run.episodes_excluded,
+            "statements_found": run.statements_found,
+            "statements_skipped": run.statements_skipped,
+            "candidates_proposed": run.candidates_proposed,
+            "candidates_asserted": run.candidates_asserted,
+            "steps": run.steps,
+            "details": run.details,
+            "error": run.error,
+            "started_at": api_datetime(run.started_at),
+            "heartbeat_at": api_datetime(run.heartbeat_at),
+            "finished_at": api_datetime(run.finished_at),
+            "duration_ms": run.duration_ms,
+            "source_event_id": str(run.source_event_id),
+            "finish_event_id": str(run.finish_event_id) if run.finish_event_id else None,
+        }
+
+
+class EpisodeExcerptSerializer(serializers.Serializer):
+    summary = serializers.CharField()
+    action = serializers.CharField()
+    observation = serializers.CharField()
+    actor = serializers.CharField()
+    session_id = serializers.CharField()
+    source_type = serializers.CharField()
+
+
+class EvidenceOutputSerializer(serializers.Serializer):
+    episode_id = serializers.UUIDField()
+    event_id = serializers.UUIDField()
+    field = serializers.CharField(help_text="Where it was read: summary, action or observation.")
+    extractor = serializers.CharField()
+    rule = serializers.CharField()
+    confidence = serializers.FloatField()
+    source = serializers.CharField(help_text="source type | actor | session: who said it.")
+    occurred_at = serializers.DateTimeField()
+    episode = EpisodeExcerptSerializer(
+        allow_null=True, help_text="The episode's text; null once it was erased."
+    )
+
+
+class CandidateOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    run_id = serializers.UUIDField()
+    subject = serializers.CharField()
+    predicate = serializers.CharField()
+    value = serializers.CharField()
+    status = serializers.ChoiceField(choices=CandidateStatus.choices)
+    extractor = serializers.CharField()
+    confidence = serializers.FloatField()
+    sources = serializers.IntegerField(help_text="Distinct sources among the evidence.")
+    valid_from = serializers.DateTimeField()
+    evidence_key = serializers.CharField()
+    fact_id = serializers.UUIDField(allow_null=True, help_text="The fact version it asserted.")
+    fact_outcome = serializers.CharField()
+    reason = serializers.CharField()
+    decided_by = serializers.CharField()
+    decided_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    source_event_id = serializers.UUIDField()
+    decision_event_id = serializers.UUIDField(allow_null=True)
+    evidence = EvidenceOutputSerializer(many=True)
+
+    def to_representation(self, candidate: CandidateFact) -> dict:
+        return {
+            "id": str(candidate.pk),
+            "run_id": str(candidate.run_id),
+            "subject": candidate.subject,
+            "predicate": candidate.predicate,
+            "value": candidate.value,
+            "status": candidate.status,
+            "extractor": candidate.extractor,
+            "confidence": candidate.confidence,
+            "sources": candidate.sources,
+            "valid_from": api_datetime(candidate.valid_from),
+            "evidence_key": candidate.evidence_key,
+            "fact_id": str(candidate.fact_id) if candidate.fact_id else None,
+            "fact_outcome": candidate.fact_outcome,
+            "reason": candidate.reason,
+            "decided_by": candidate.decided_by,
+            "decided_at": api_datetime(candidate.decided_at),
+            "created_at": api_datetime(candidate.created_at),
+            "source_event_id": str(candidate.source_event_id),
+            "decision_event_id": (
+                str(candidate.decision_event_id) if candidate.decision_event_id else None
+            ),
+            "evidence": [_evidence(e) for e in candidate.evidence.all()],
+        }
+
+
+def _evidence(evidence) -> dict:
+    episode = evidence.episode
+    return {
+        "episode_id": str(evidence.episode_id),
+        "event_id": str(evidence.event_id),
+        "field": evidence.field,
+        "extractor": evidence.extractor,
+        "rule": evidence.rule,
+        "confidence": evidence.confidence,
+        "source": evidence.source_key,
+        "occurred_at": api_datetime(evidence.occurred_at),
+        "episode": None
+        if episode is None
+        else {
+            "summary": episode.summary,
+            "action": episode.action,
+            "observation": episode.observation,
+            "actor": episode.actor,
+            "session_id": episode.session_id,
+            "source_type": episode.source_type,
+        },
+    }
+
+
+class RunStartOutputSerializer(serializers.Serializer):
+    run = RunOutputSerializer(allow_null=True, help_text="null: nothing new to consolidate.")
+    queued = serializers.BooleanField(help_text="A worker consolidates it (poll the run).")
+
+
+RunPageSerializer = page_of(RunOutputSerializer, "ConsolidationRunPage")
+CandidatePageSerializer = page_of(CandidateOutputSerializer, "CandidateFactPage")

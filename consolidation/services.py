@@ -1,0 +1,817 @@
+"""Every write of consolidation: runs, candidates, decisions — each with its ledger event.
+
+`consolidate()` is what a task or the command calls: it starts a run (or
+resumes the agent's running one), takes steps until the run is done or the
+time budget is spent, and finishes it. A step is one transaction: it reads
+the next episodes after the run's cursor, keeps those consolidation may learn
+from (consolidation.trust), extracts statements (consolidation.extraction),
+records them as candidates with their evidence, asserts the candidates that
+are trusted enough through facts.services (as agent_inference), appends the
+`consolidation.*` events, and moves the cursor — all or nothing. So a worker
+killed mid-run loses at most the step it was in, and the next task resumes
+the run where its cursor stands; running a step twice is impossible (the run
+row is locked) and re-reading evidence writes nothing (one event supports a
+claim once: a database constraint).
+
+Decisions: `candidate_accept` asserts a proposed candidate whatever its
+confidence; `candidate_reject` closes it for good (retracting the fact an
+asserted one made, while that version is still believed). A claim rejected
+once is not proposed again from the same evidence nor from the same sources.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from episodes.models import Episode
+from ledger.models import Event
+from ledger.services import EventDraft, event_append, events_append
+from piper.errors import Conflict, InvalidInput, NotFound, PiperError
+from piper.ids import uuid7
+from piper.provenance import SourceType
+from piper.tenancy.models import Agent
+
+from . import trust
+from .extraction import Extractor, Statement, load_extractors
+from .models import (
+    CandidateEvidence,
+    CandidateFact,
+    CandidateStatus,
+    ConsolidationRun,
+    RunKind,
+    RunStatus,
+)
+
+logger = logging.getLogger(__name__)
+
+RUN_STARTED = "consolidation.run_started"
+RUN_FINISHED = "consolidation.run_finished"
+RUN_FAILED = "consolidation.run_failed"
+CANDIDATE_PROPOSED = "consolidation.candidate_proposed"
+CANDIDATE_SUPPORTED = "consolidation.candidate_supported"
+CANDIDATE_ASSERTED = "consolidation.candidate_asserted"
+CANDIDATE_REJECTED = "consolidation.candidate_rejected"
+EPISODE_RECORDED = "episode.recorded"  # episodes.services.EPISODE_RECORDED
+ACTOR = "consolidation"
+MAX_REASON_CHARS = 2000
+TEXT_FIELDS = ("summary", "action", "observation")
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def normalise(text: str) -> str:
+    words = " ".join(str(text).split()).lower()
+    return words[4:] if words.startswith("the ") else words
+
+
+def claim_key(subject: str, predicate: str, value: str) -> str:
+    """One claim, however it was written: case, spacing and a leading 'the' aside."""
+    return _key(normalise(subject), predicate, normalise(value))
+
+
+def evidence_key(event_ids: Iterable[uuid.UUID | str]) -> str:
+    return _key(*sorted(str(e) for e in event_ids))
+
+
+def source_key(episode: Episode, source_ref: str) -> str:
+    """Who said it: the source type, the actor, and the session (or the source's ref).
+    An episode with none of these counts as one anonymous source of its type."""
+    where = episode.session_id or source_ref or "-"
+    return f"{episode.source_type}|{episode.actor or '-'}|{where}"[:700]
+
+
+def combined_confidence(per_source: Iterable[float]) -> float:
+    """1 - Π(1 - c): independent sources add up; one source repeating itself does not."""
+    missing = 1.0
+    for c in per_source:
+        missing *= 1.0 - max(0.0, min(1.0, c))
+    return round(min(0.99, 1.0 - missing), 4)
+
+
+def _lock(*keys: str) -> None:
+    """Advisory transaction locks, taken in one statement in key order (no deadlock)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_advisory_xact_lock(h)) FROM (SELECT hashtextextended(k, 0) AS h "
+            "FROM unnest(%s::text[]) AS k ORDER BY 1 OFFSET 0) AS ordered",
+            [sorted(set(keys))],
+        )
+
+
+def _claim_lock(agent_id: uuid.UUID, key: str) -> str:
+    return f"consolidation:claim:{agent_id}:{key}"
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def consolidation_run_start(
+    *, agent: Agent, kind: str = RunKind.FACTS, batch_size: int | None = None
+) -> ConsolidationRun | None:
+    """The agent's running run of `kind` (to resume), or a new one over the episodes
+    recorded after the last cursor; None when there is nothing new to read (no run
+    and no event is written then)."""
+    if kind not in RunKind.values:
+        raise InvalidInput(f"kind must be one of {RunKind.values}", details={"kind": ["invalid"]})
+    with transaction.atomic():
+        _lock(f"consolidation:run:{agent.pk}:{kind}")
+        running = ConsolidationRun.objects.filter(
+            agent=agent, kind=kind, status=RunStatus.RUNNING
+        ).first()
+        if running is not None:
+            return running
+        done = (
+            ConsolidationRun.objects.filter(agent=agent, kind=kind).aggregate(c=Max("cursor_seq"))[
+                "c"
+            ]
+            or 0
+        )
+        last = Event.objects.filter(
+            agent=agent, event_type=EPISODE_RECORDED, seq__gt=done
+        ).aggregate(s=Max("seq"))["s"]
+        if last is None:
+            return None
+        run_id = uuid7()
+        batch = batch_size or settings.CONSOLIDATION_BATCH_SIZE
+        details: dict = {"batch_size": batch}
+        if kind == RunKind.FACTS:
+            details["extractors"] = [e.name for e in load_extractors()]
+        event = event_append(
+            agent=agent,
+            event_type=RUN_STARTED,
+            payload={
+                "run_id": str(run_id),
+                "kind": kind,
+                "from_seq": done,
+                "to_seq": last,
+                **details,
+            },
+            actor=ACTOR,
+            source_type=SourceType.AGENT_INFERENCE,
+        )
+        return ConsolidationRun.objects.create(
+            id=run_id,
+            agent=agent,
+            kind=kind,
+            from_seq=done,
+            to_seq=last,
+            cursor_seq=done,
+            details={**details, "excluded": {}, "not_asserted": {}}
+            if kind == RunKind.FACTS
+            else {**details, "collapsed": {"events": 0, "episodes": 0}},
+            source_event=event,
+        )
+
+
+@dataclass
+class _Reading:
+    """One statement read in one episode's field."""
+
+    episode: Episode
+    source_ref: str
+    field: str
+    extractor: str
+    statement: Statement
+    key: str = ""
+
+    @property
+    def event_id(self) -> uuid.UUID:
+        return self.episode.raw_event_id
+
+    @property
+    def source(self) -> str:
+        return source_key(self.episode, self.source_ref)
+
+    @property
+    def confidence(self) -> float:
+        return round(self.statement.confidence * float(self.episode.confidence), 4)
+
+
+@dataclass
+class StepResult:
+    done: bool
+    episodes: int = 0
+    proposed: int = 0
+    asserted: int = 0
+    counts: dict = field(default_factory=dict)
+
+
+def consolidation_run_step(
+    *, run_id: uuid.UUID, extractors: Sequence[Extractor] | None = None
+) -> StepResult:
+    """Consolidate the next batch of the run's episodes, in one transaction.
+
+    A run that is no longer running is left alone (done=True). Returns whether
+    the run has read everything up to its to_seq (it is then ready to finish).
+    """
+    extractors = tuple(extractors) if extractors is not None else load_extractors()
+    with transaction.atomic():
+        run = (
+            ConsolidationRun.objects.select_for_update()
+            .select_related("agent")
+            .filter(pk=run_id)
+            .first()
+        )
+        if run is None or run.status != RunStatus.RUNNING:
+            return StepResult(done=True)
+        if run.cursor_seq >= run.to_seq:
+            return StepResult(done=True)
+        batch = int(run.details.get("batch_size") or settings.CONSOLIDATION_BATCH_SIZE)
+        columns = [*EPISODE_COLUMNS]
+        if run.kind == RunKind.DUPLICATES:
+            columns += ["canonical_id", "embedding"]
+        rows = list(
+            Episode.objects.filter(
+                agent_id=run.agent_id,
+                raw_event__agent_id=run.agent_id,
+                raw_event__seq__gt=run.cursor_seq,
+                raw_event__seq__lte=run.to_seq,
+            )
+            .select_related("raw_event")
+            .only(*columns)
+            .order_by("raw_event__seq")[:batch]
+        )
+        cursor = rows[-1].raw_event.seq if len(rows) == batch else run.to_seq
+        if run.kind == RunKind.DUPLICATES:
+            result = _collapse_duplicates(run, rows)
+        else:
+            result = _consolidate_episodes(run, rows, extractors)
+        counts = result.counts
+        details = dict(run.details)
+        for section in ("excluded", "not_asserted", "collapsed"):
+            if section not in counts:
+                continue
+            merged = dict(details.get(section) or {})
+            for reason, n in counts.get(section, {}).items():
+                merged[reason] = merged.get(reason, 0) + n
+            details[section] = merged
+        ConsolidationRun.objects.filter(pk=run.pk).update(
+            cursor_seq=cursor,
+            episodes_read=run.episodes_read + len(rows),
+            episodes_excluded=run.episodes_excluded + sum(counts.get("excluded", {}).values()),
+            statements_found=run.statements_found + counts.get("statements", 0),
+            statements_skipped=run.statements_skipped + counts.get("skipped", 0),
+            candidates_proposed=run.candidates_proposed + result.proposed,
+            candidates_asserted=run.candidates_asserted + result.asserted,
+            steps=run.steps + 1,
+            details=details,
+            heartbeat_at=timezone.now(),
+        )
+        result.done = cursor >= run.to_seq
+        result.episodes = len(rows)
+        return result
+
+
+EPISODE_COLUMNS = (
+    "id",
+    "agent_id",
+    "occurred_at",
+    "session_id",
+    "actor",
+    "summary",
+    "action",
+    "observation",
+    "confidence",
+    "source_type",
+    "authority",
+    "source_id",
+    "instruction_like",
+    "raw_event_id",
+    "raw_event__seq",
+    "raw_event__source_ref",
+)
+
+
+def _collapse_duplicates(run: ConsolidationRun, rows: Sequence[Episode]) -> StepResult:
+    """Group the batch's near-duplicates under their canonical episodes (one
+    episode.collapsed event a group), counted in the run's details."""
+    from episodes.services import episodes_collapse
+
+    from .duplicates import find_duplicates
+
+    groups = find_duplicates(run.agent_id, rows, after_seq=run.cursor_seq)
+    for canonical_id, duplicate_ids in groups.items():
+        episodes_collapse(
+            agent=run.agent,
+            canonical_id=canonical_id,
+            duplicate_ids=duplicate_ids,
+            reason=f"near-duplicates (consolidation run {run.pk})",
+            actor=ACTOR,
+        )
+    collapsed = sum(len(d) for d in groups.values())
+    return StepResult(
+        done=False, counts={"collapsed": {"events": len(groups), "episodes": collapsed}}
+    )
+
+
+def _readings(
+    rows: Sequence[Episode], extractors: Sequence[Extractor], counts: dict
+) -> list[_Reading]:
+    readings: list[_Reading] = []
+    excluded: dict[str, int] = defaultdict(int)
+    for episode in rows:
+        reason = trust.exclusion(episode)
+        if reason is not None:
+            excluded[reason] += 1
+            continue
+        for field_name in TEXT_FIELDS:
+            text = getattr(episode, field_name)
+            if not text:
+                continue
+            for extractor in extractors:
+                for statement in extractor.extract(text):
+                    readings.append(
+                        _Reading(
+                            episode,
+                            episode.raw_event.source_ref,
+                            field_name,
+                            extractor.name,
+                            statement,
+                            claim_key(statement.subject, statement.predicate, statement.value),
+                        )
+                    )
+    counts["excluded"] = dict(excluded)
+    counts["statements"] = len(readings)
+    return readings
+
+
+def _consolidate_episodes(
+    run: ConsolidationRun, rows: Sequence[Episode], extractors: Sequence[Extractor]
+) -> StepResult:
+    counts: dict = {}
+    result = StepResult(done=False, counts=counts)
+    readings = _readings(rows, extractors, counts)
+    counts["skipped"] = 0
+    if not readings:
+        return result
+    agent = run.agent
+    by_claim: dict[str, list[_Reading]] = defaultdict(list)
+    for reading in readings:
+        by_claim[reading.key].append(reading)
+    _lock(*(_claim_lock(agent.pk, k) for k in by_claim))
+
+    # What already supports each claim, and which sources a rejection closed.
+    used: set[tuple[str, uuid.UUID]] = set()
+    rejected_sources: set[tuple[str, str]] = set()
+    for key, event_id, source, status in CandidateEvidence.objects.filter(
+        agent=agent, claim_key__in=list(by_claim)
+    ).values_list("claim_key", "event_id", "source_key", "candidate__status"):
+        used.add((key, event_id))
+        if status == CandidateStatus.REJECTED:
+            rejected_sources.add((key, source))
+    fresh: dict[str, list[_Reading]] = {}
+    for key, group in by_claim.items():
+        best: dict[uuid.UUID, _Reading] = {}
+        for reading in group:
+            if (key, reading.event_id) in used or (key, reading.source) in rejected_sources:
+                counts["skipped"] += 1
+                continue
+            held = best.get(reading.event_id)
+            if held is None or reading.confidence > held.confidence:
+                best[reading.event_id] = reading
+        if best:
+            fresh[key] = list(best.values())
+    if not fresh:
+        return result
+
+    live = [CandidateStatus.PROPOSED, CandidateStatus.ASSERTED]
+    open_candidates = {
+        c.claim_key: c
+        for c in CandidateFact.objects.select_for_update().filter(
+            agent=agent, claim_key__in=list(fresh), status__in=live
+        )
+    }
+    prior: dict[uuid.UUID, list[tuple[str, float, datetime, uuid.UUID]]] = defaultdict(list)
+    for candidate_id, source, confidence, occurred_at, event_id in CandidateEvidence.objects.filter(
+        candidate__in=[c.pk for c in open_candidates.values()]
+    ).values_list("candidate_id", "source_key", "confidence", "occurred_at", "event_id"):
+        prior[candidate_id].append((source, confidence, occurred_at, event_id))
+
+    drafts: list[EventDraft] = []
+    plans: list[tuple[CandidateFact, list[_Reading], bool]] = []
+    for key, group in fresh.items():
+        candidate = open_candidates.get(key)
+        is_new = candidate is None
+        first = min(group, key=lambda r: (r.episode.occurred_at, str(r.event_id)))
+        if is_new:
+            s = first.statement
+            candidate = CandidateFact(
+                id=uuid7(),
+                agent=agent,
+                run=run,
+                subject=s.subject[:300],
+                predicate=s.predicate,
+                value=s.value[:500],
+                claim_key=key,
+                extractor=first.extractor,
+            )
+        support = [(r.source, r.confidence, r.episode.occurred_at, r.event_id) for r in group]
+        support += prior.get(candidate.pk, [])
+        per_source: dict[str, float] = {}
+        for source, confidence, _, _ in support:
+            per_source[source] = max(per_source.get(source, 0.0), confidence)
+        candidate.confidence = combined_confidence(per_source.values())
+        candidate.sources = len(per_source)
+        candidate.valid_from = min(at for _, _, at, _ in support)
+        candidate.evidence_key = evidence_key(e for _, _, _, e in support)
+        drafts.append(
+            EventDraft(
+                event_type=CANDIDATE_PROPOSED if is_new else CANDIDATE_SUPPORTED,
+                payload={
+                    "candidate_id": str(candidate.pk),
+                    "run_id": str(run.pk),
+                    "subject": candidate.subject,
+                    "predicate": candidate.predicate,
+                    "value": candidate.value,
+                    "confidence": candidate.confidence,
+                    "sources": candidate.sources,
+                    "valid_from": candidate.valid_from.isoformat(),
+                    "evidence": [
+                        {
+                            "episode_id": str(r.episode.pk),
+                            "event_id": str(r.event_id),
+                            "field": r.field,
+                            "extractor": r.extractor,
+                            "rule": r.statement.rule,
+                            "confidence": r.confidence,
+                        }
+                        for r in sorted(group, key=lambda r: r.episode.raw_event.seq)
+                    ],
+                },
+                actor=ACTOR,
+                source_type=SourceType.AGENT_INFERENCE,
+                confidence=candidate.confidence,
+            )
+        )
+        plans.append((candidate, group, is_new))
+    events = events_append(agent=agent, drafts=drafts)
+    new_rows, changed = [], []
+    for (candidate, _, is_new), event in zip(plans, events, strict=True):
+        if is_new:
+            candidate.source_event = event
+            new_rows.append(candidate)
+        else:
+            changed.append(candidate)
+    CandidateFact.objects.bulk_create(new_rows)
+    if changed:
+        CandidateFact.objects.bulk_update(
+            changed, ["confidence", "sources", "valid_from", "evidence_key"]
+        )
+    CandidateEvidence.objects.bulk_create(
+        [
+            CandidateEvidence(
+                candidate=candidate,
+                agent=agent,
+                claim_key=candidate.claim_key,
+                episode_id=r.episode.pk,
+                event_id=r.event_id,
+                source_key=r.source,
+                field=r.field,
+                extractor=r.extractor,
+                rule=r.statement.rule,
+                confidence=r.confidence,
+                occurred_at=r.episode.occurred_at,
+            )
+            for candidate, group, _ in plans
+            for r in group
+        ]
+    )
+    result.proposed = len(plans)
+    # New evidence for an asserted claim asserts it again: the fact gains the evidence
+    # (and its last confirmation), or is contested if a stronger claim holds now.
+    ready = [c for c, _, _ in plans if c.status == CandidateStatus.ASSERTED or _trusted_enough(c)]
+    not_asserted: dict[str, int] = defaultdict(int)
+    asserted = _assert(agent, ready, decided_by=ACTOR, not_asserted=not_asserted)
+    below = len(plans) - len(ready)
+    if below:
+        not_asserted["below_threshold"] += below
+    counts["not_asserted"] = dict(not_asserted)
+    result.asserted = len(asserted)
+    return result
+
+
+def _trusted_enough(candidate: CandidateFact) -> bool:
+    return (
+        candidate.sources >= settings.CONSOLIDATION_MIN_SOURCES
+        and candidate.confidence >= settings.CONSOLIDATION_MIN_CONFIDENCE
+    )
+
+
+def _assert(
+    agent: Agent,
+    candidates: Sequence[CandidateFact],
+    *,
+    decided_by: str,
+    not_asserted: dict[str, int] | None = None,
+) -> list[CandidateFact]:
+    """Assert each candidate as an agent_inference fact (its own savepoint: a claim the
+    facts service refuses leaves the others, and stays proposed with the reason)."""
+    from facts.services import ClaimInput, Provenance, fact_assert
+
+    done: list[tuple[CandidateFact, object]] = []
+    for candidate in candidates:
+        provenance = Provenance(
+            source_type=SourceType.AGENT_INFERENCE,
+            source_ref=f"consolidation:candidate/{candidate.pk}",
+            confidence=candidate.confidence,
+            actor=ACTOR,
+        )
+        try:
+            with transaction.atomic():
+                applied = fact_assert(
+                    agent=agent,
+                    claim=ClaimInput(
+                        subject=candidate.subject,
+                        predicate=candidate.predicate,
+                        value=candidate.value,
+                        valid_from=candidate.valid_from,
+                        provenance=provenance,
+                    ),
+                )
+        except PiperError as exc:
+            # e.g. the predicate relates entities, or holds numbers: a person should look.
+            logger.info("candidate %s not asserted: %s", candidate.pk, exc.message)
+            candidate.reason = f"not asserted: {exc.message}"[:MAX_REASON_CHARS]
+            CandidateFact.objects.filter(pk=candidate.pk).update(reason=candidate.reason)
+            if not_asserted is not None:
+                not_asserted[exc.code] = not_asserted.get(exc.code, 0) + 1
+            continue
+        done.append((candidate, applied))
+    if not done:
+        return []
+    events = events_append(
+        agent=agent,
+        drafts=[
+            EventDraft(
+                event_type=CANDIDATE_ASSERTED,
+                payload={
+                    "candidate_id": str(candidate.pk),
+                    "fact_id": str(applied.fact.pk),
+                    "outcome": applied.outcome,
+                    "decided_by": decided_by,
+                },
+                actor=decided_by,
+                source_type=SourceType.AGENT_INFERENCE,
+            )
+            for candidate, applied in done
+        ],
+    )
+    now = timezone.now()
+    for (candidate, applied), event in zip(done, events, strict=True):
+        candidate.status = CandidateStatus.ASSERTED
+        candidate.fact_id = applied.fact.pk
+        candidate.fact_outcome = applied.outcome
+        candidate.decided_by = decided_by
+        candidate.decided_at = now
+        candidate.decision_event = event
+        candidate.reason = ""
+    CandidateFact.objects.bulk_update(
+        [c for c, _ in done],
+        [
+            "status",
+            "fact_id",
+            "fact_outcome",
+            "decided_by",
+            "decided_at",
+            "decision_event",
+            "reason",
+        ],
+    )
+    return [c for c, _ in done]
+
+
+def consolidation_run_finish(*, run_id: uuid.UUID) -> ConsolidationRun:
+    """Close a run that has read everything (a no-op for one already closed)."""
+    with transaction.atomic():
+        run = ConsolidationRun.objects.select_for_update().get(pk=run_id)
+        if run.status != RunStatus.RUNNING:
+            return run
+        if run.cursor_seq < run.to_seq:
+            raise Conflict(
+                f"run {run.pk} has not read up to seq {run.to_seq} yet (cursor {run.cursor_seq})",
+                code="run_unfinished",
+            )
+        return _close(run, RunStatus.SUCCEEDED, RUN_FINISHED)
+
+
+def consolidation_run_fail(*, run_id: uuid.UUID, error: str) -> ConsolidationRun:
+    """Mark a run failed (its cursor keeps what its steps committed); a no-op if closed."""
+    with transaction.atomic():
+        run = ConsolidationRun.objects.select_for_update().get(pk=run_id)
+        if run.status != RunStatus.RUNNING:
+            return run
+        run.error = error[:MAX_REASON_CHARS]
+        return _close(run, RunStatus.FAILED, RUN_FAILED)
+
+
+def _close(run: ConsolidationRun, status: str, event_type: str) -> ConsolidationRun:
+    finished = timezone.now()
+    run.status = status
+    run.finished_at = finished
+    run.duration_ms = max(0, int((finished - run.started_at).total_seconds() * 1000))
+    run.finish_event = event_append(
+        agent=run.agent,
+        event_type=event_type,
+        payload={
+            "run_id": str(run.pk),
+            "status": status,
+            "cursor_seq": run.cursor_seq,
+            "episodes_read": run.episodes_read,
+            "episodes_excluded": run.episodes_excluded,
+            "statements_found": run.statements_found,
+            "statements_skipped": run.statements_skipped,
+            "candidates_proposed": run.candidates_proposed,
+            "candidates_asserted": run.candidates_asserted,
+            "duration_ms": run.duration_ms,
+            "error": run.error,
+        },
+        actor=ACTOR,
+        source_type=SourceType.AGENT_INFERENCE,
+    )
+    run.save(update_fields=["status", "finished_at", "duration_ms", "finish_event", "error"])
+    return run
+
+
+def consolidate(
+    *,
+    agent: Agent,
+    kind: str = RunKind.FACTS,
+    batch_size: int | None = None,
+    time_budget: float | None = None,
+    progress: Callable[[ConsolidationRun, StepResult], None] | None = None,
+) -> ConsolidationRun | None:
+    """Start (or resume) the agent's run and step it until done or `time_budget` seconds
+    have passed; finish it when done. Returns the run (still running if the budget ran
+    out: call again to go on), or None when there was nothing to read."""
+    run = consolidation_run_start(agent=agent, kind=kind, batch_size=batch_size)
+    if run is None:
+        return None
+    deadline = None if time_budget is None else time.monotonic() + time_budget
+    extractors = load_extractors()
+    try:
+        while True:
+            step = consolidation_run_step(run_id=run.pk, extractors=extractors)
+            if progress is not None:
+                progress(run, step)
+            if step.done:
+                run = consolidation_run_finish(run_id=run.pk)
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+    except Exception as exc:
+        consolidation_run_fail(run_id=run.pk, error=f"{type(exc).__name__}: {exc}")
+        raise
+    run.refresh_from_db()
+    return run
+
+
+# ----------------------------------------------------------------------- decisions
+
+
+def _locked_candidate(agent: Agent, candidate_id: uuid.UUID) -> CandidateFact:
+    key = (
+        CandidateFact.objects.filter(agent=agent, pk=candidate_id)
+        .values_list("claim_key", flat=True)
+        .first()
+    )
+    if key is None:
+        raise NotFound(f"candidate {candidate_id} not found")
+    _lock(_claim_lock(agent.pk, key))
+    return CandidateFact.objects.select_for_update().get(pk=candidate_id)
+
+
+def candidate_accept(*, agent: Agent, candidate_id: uuid.UUID, actor: str = "") -> CandidateFact:
+    """Assert a proposed candidate now, whatever its confidence, as an agent_inference
+    fact. Conflict (not_proposed) if it was already asserted or rejected; the facts
+    service's refusal (e.g. a predicate that relates entities) comes through as is."""
+    with transaction.atomic():
+        candidate = _locked_candidate(agent, candidate_id)
+        if candidate.status != CandidateStatus.PROPOSED:
+            raise Conflict(
+                f"candidate {candidate_id} is {candidate.status}, not proposed",
+                code="not_proposed",
+                details={"status": candidate.status},
+            )
+        from facts.services import ClaimInput, Provenance, fact_assert
+
+        applied = fact_assert(
+            agent=agent,
+            claim=ClaimInput(
+                subject=candidate.subject,
+                predicate=candidate.predicate,
+                value=candidate.value,
+                valid_from=candidate.valid_from,
+                provenance=Provenance(
+                    source_type=SourceType.AGENT_INFERENCE,
+                    source_ref=f"consolidation:candidate/{candidate.pk}",
+                    confidence=candidate.confidence,
+                    actor=actor or ACTOR,
+                ),
+            ),
+        )
+        decided_by = actor or "api"
+        candidate.decision_event = event_append(
+            agent=agent,
+            event_type=CANDIDATE_ASSERTED,
+            payload={
+                "candidate_id": str(candidate.pk),
+                "fact_id": str(applied.fact.pk),
+                "outcome": applied.outcome,
+                "decided_by": decided_by,
+            },
+            actor=decided_by,
+            source_type=SourceType.AGENT_INFERENCE,
+        )
+        candidate.status = CandidateStatus.ASSERTED
+        candidate.fact_id = applied.fact.pk
+        candidate.fact_outcome = applied.outcome
+        candidate.decided_by = decided_by
+        candidate.decided_at = timezone.now()
+        candidate.reason = ""
+        candidate.save(
+            update_fields=[
+                "status",
+                "fact_id",
+                "fact_outcome",
+                "decided_by",
+                "decided_at",
+                "decision_event",
+                "reason",
+            ]
+        )
+        return candidate
+
+
+def candidate_reject(
+    *, agent: Agent, candidate_id: uuid.UUID, reason: str, actor: str = ""
+) -> CandidateFact:
+    """Close a candidate for good. An asserted one's fact version is retracted if it is
+    still believed (a later version made by someone else is left alone). The claim is
+    never proposed again from this candidate's evidence or sources. InvalidInput without
+    a reason; Conflict (already_rejected) for a rejected one."""
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON_CHARS:
+        raise InvalidInput(
+            f"reason: say why, in 1-{MAX_REASON_CHARS} characters",
+            details={"reason": ["required"]},
+        )
+    from facts.models import Fact, FactStatus
+    from facts.services import Provenance, fact_retract
+
+    with transaction.atomic():
+        candidate = _locked_candidate(agent, candidate_id)
+        if candidate.status == CandidateStatus.REJECTED:
+            raise Conflict(f"candidate {candidate_id} is already rejected", code="already_rejected")
+        retracted = None
+        if candidate.status == CandidateStatus.ASSERTED:
+            believed = Fact.objects.filter(
+                agent=agent,
+                pk=candidate.fact_id,
+                superseded_at__isnull=True,
+                status__in=[FactStatus.ACTIVE, FactStatus.CONTESTED],
+            ).exists()
+            if believed:
+                fact_retract(
+                    agent=agent,
+                    fact_id=candidate.fact_id,
+                    reason=f"consolidation candidate {candidate.pk} rejected: {reason}",
+                    provenance=Provenance(
+                        source_type=SourceType.AGENT_INFERENCE, actor=actor or "api"
+                    ),
+                )
+                retracted = str(candidate.fact_id)
+        decided_by = actor or "api"
+        candidate.decision_event = event_append(
+            agent=agent,
+            event_type=CANDIDATE_REJECTED,
+            payload={
+                "candidate_id": str(candidate.pk),
+                "previous_status": candidate.status,
+                "reason": reason,
+                "retracted_fact_id": retracted,
+                "decided_by": decided_by,
+            },
+            actor=decided_by,
+            source_type=SourceType.AGENT_INFERENCE,
+        )
+        candidate.status = CandidateStatus.REJECTED
+        candidate.reason = reason
+        candidate.decided_by = decided_by
+        candidate.decided_at = timezone.now()
+        candidate.save(
+            update_fields=["status", "reason", "decided_by", "decided_at", "decision_event"]
+        )
+        return candidate
