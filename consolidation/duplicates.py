@@ -7,6 +7,10 @@ looks among the same actor's earlier episodes of the same session (or, with no
 session, within CONSOLIDATION_DUPLICATE_WINDOW_SECONDS) for one whose words are
 near-identical (token Jaccard ≥ CONSOLIDATION_DUPLICATE_MIN_TEXT) and whose
 vector, when both have one, is as close (cosine ≥ CONSOLIDATION_DUPLICATE_MIN_COSINE).
+Near-identical is not enough when a number differs: "restarted web-07" and
+"restarted web-12", "failed 3 health checks" and "failed 20" are two events,
+however alike the rest, so two episodes whose tokens with a digit in them
+(hosts, ids, counts, times) are not the same set are never duplicates.
 It collapses the new episode into the earliest such canonical episode through
 episodes.services.episodes_collapse: the duplicate keeps its row and its event,
 and searches answer with the canonical episode in its place.
@@ -30,6 +34,11 @@ _TOKENS = re.compile(r"[a-z0-9]+")
 def tokens(episode: Episode) -> frozenset[str]:
     text = " ".join((episode.summary, episode.action, episode.observation)).lower()
     return frozenset(_TOKENS.findall(text))
+
+
+def specifics(words: frozenset[str]) -> frozenset[str]:
+    """The tokens that name one thing: those with a digit (a host, an id, a count)."""
+    return frozenset(w for w in words if any(c.isdigit() for c in w))
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -94,8 +103,9 @@ def find_duplicates(agent_id, batch: Sequence[Episode], *, after_seq: int) -> di
         for other in pool:
             if not episode.session_id and abs(other.occurred_at - episode.occurred_at) > window:
                 continue
-            score = jaccard(mine, words.setdefault(other.pk, tokens(other)))
-            if score < best_score:
+            theirs = words.setdefault(other.pk, tokens(other))
+            score = jaccard(mine, theirs)
+            if score < best_score or specifics(mine) != specifics(theirs):
                 continue
             close = cosine(episode.embedding, other.embedding)
             if close is not None and close < min_cosine:

@@ -83,7 +83,11 @@ def load_extractors() -> tuple[Extractor, ...]:
 # ------------------------------------------------------------------------ sentences
 
 _ABBREVIATIONS = r"(?<!\bDr)(?<!\bMr)(?<!\bMs)(?<!\bMrs)(?<!\bSt)(?<!\bJr)(?<!\bSr)(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)"
-_SENTENCES = re.compile(rf"{_ABBREVIATIONS}(?<=[.!?])\s+(?=[A-Z0-9\"'(])|[\n;]+|\s+-\s+")
+# A sentence starts with a capital, a digit, a quote — or an identifier in lower case
+# ("billing-api's timeout is 30 s."), which ops notes open sentences with.
+_SENTENCES = re.compile(
+    rf"{_ABBREVIATIONS}(?<=[.!?])\s+(?=[A-Z0-9\"'(]|[a-z0-9]+[-_./][a-z0-9])|[\n;]+|\s+-\s+"
+)
 
 # A sentence that does not state a fact that holds now.
 _NOT_A_FACT = re.compile(

@@ -22,6 +22,7 @@ from battery.registry import ItemFailure, ItemOutcome, suites_select
 from battery.scoring import score_run, suite_result
 from battery.suites import semantic
 from battery.suites.episodic import draw as episodic_draw
+from battery.suites.forgetting import consolidation_draw
 from battery.suites.forgetting import draw as forgetting_draw
 from battery.suites.metamemory import draw as metamemory_draw
 from battery.suites.procedural import draw as procedural_draw
@@ -667,6 +668,8 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
     monkeypatch.setattr(episodic_draw, "COUNTS", {"b1": 4, "b2": 1, "b3": 1, "b4": 2})
     monkeypatch.setattr(episodic_draw, "NOISE", 8)
     monkeypatch.setattr(forgetting_draw, "ITEMS_PER_MODE", 1)
+    # One item of each F3-F5 kind, all in documented phrasings.
+    monkeypatch.setattr(consolidation_draw, "COUNTS", dict.fromkeys(consolidation_draw.COUNTS, 1))
     # The run's plumbing, not G's measure (test_suite_metamemory has that): a
     # stable and a stale value, and one current-fact question routed.
     monkeypatch.setattr(metamemory_draw, "COUNTS", {"g1": 2, "g2": 1})
@@ -686,7 +689,7 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
         "C": 26,
         "D": 6,
         "E": 14,
-        "F": 4,
+        "F": 9,
         "G": 3,
         "L": 5,
     }

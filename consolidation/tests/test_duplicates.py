@@ -62,6 +62,23 @@ def test_near_identical_episodes_of_one_actor_and_session_collapse_into_the_firs
     assert canonical_of(repeat) == [first.pk]
 
 
+def test_a_long_note_with_one_number_changed_is_another_event(agent):
+    note = (
+        "Restarted the billing worker on web-07 after the heap alarm fired; the error rate "
+        "was back under 3 percent within ten minutes and the queue drained without help"
+    )
+    first = said(agent, note, actor="monitor", session_id="s1")
+    other_host = said(
+        agent, note.replace("web-07", "web-12"), minutes=1, actor="monitor", session_id="s1"
+    )
+    other_count = said(
+        agent, note.replace("3 percent", "20 percent"), minutes=2, actor="monitor", session_id="s1"
+    )
+    retyped = said(agent, note.upper() + " !", minutes=3, actor="monitor", session_id="s1")
+    consolidate(agent=agent, kind="duplicates")
+    assert canonical_of(first, other_host, other_count, retyped) == [None, None, None, first.pk]
+
+
 def test_without_a_session_only_within_the_time_window(agent, settings):
     settings.CONSOLIDATION_DUPLICATE_WINDOW_SECONDS = 3600
     first = said(agent, ALERT, actor="monitor")

@@ -6,11 +6,14 @@ writes every item's person and twin (facts, episodes, a document, a working
 state and an intention quoting an episode, a recall), plus a copy of each
 person's episode in a second agent; it then erases each item's person the
 item's way (POST /erasure) and, once all are erased, tries every path that
-could bring erased data back — a rebuild of every projection, a re-embed, the
-retry of the original write under its Idempotency-Key, a retention sweep.
-Each item's `check` then searches every read path's answer for the erased
-tokens (residue, regenerated: R3) and looks for what must have stayed
-(collateral: R0). Grading in judge.py.
+could bring erased data back — a rebuild of every projection, a re-embed, a
+retention sweep, a consolidation run of each kind, the retry of the original
+write under its Idempotency-Key. Each item's `check` then searches every read
+path's answer for the erased tokens (residue, regenerated: R3) and looks for
+what must have stayed (collateral: R0).
+
+F3–F5 (consolidation quality, duplicates, poisoning) run in an agent of their
+own: consolidation.py, drawn by consolidation_draw.py. Grading in judge.py.
 """
 
 from __future__ import annotations
@@ -22,14 +25,19 @@ from typing import Any
 
 from django.core.management import call_command
 
-from ...registry import ItemSpec, MetricGate, Suite, register
+from ...registry import ItemFailure, ItemSpec, MetricGate, Suite, register
 from ...runner import ItemContext
 from ...taxonomy import FailureCode as F
 from ...transport import ApiResponse
 from ..working_state.judge import CORRECT, Tally, Verdict, miss
+from . import consolidation, consolidation_draw
 from .api import ForgettingApi, Refused, joined, shown_residue
 from .draw import GONE, KINDS, generate
 from .judge import summarize
+
+# The held-out phrasings of F3 count in the pass rate but are not gated: the
+# metric gates (zero residue, zero poisoned, precision, recall) are the bar.
+PASS_RATE_GATE = 0.75
 
 suite = register(
     Suite(
@@ -37,17 +45,29 @@ suite = register(
         name="Forgetting and contamination",
         description=(
             "Erasure that reaches every read path and every copy and takes nothing else "
-            "(F1), and that no rebuild, re-embed or retried write brings back (F2): 24 "
-            "people drawn from the seed, each with a look-alike twin that must stay."
+            "(F1), and that no rebuild, re-embed, consolidation or retried write brings back "
+            "(F2): 24 people drawn from the seed, each with a look-alike twin that must stay. "
+            "Consolidation that proposes what episodes state, with its evidence, and not what "
+            "they do not (F3); near-duplicates collapsed under a canonical episode that is "
+            "still found (F4); poisoned and instruction-like memories never promoted nor "
+            "presented as current (F5)."
         ),
         weight=10,
-        gate=1.0,
+        gate=PASS_RATE_GATE,
         summarize=summarize,
         metric_gates=(
             MetricGate("erasure_residue", maximum=0),
             MetricGate("regenerated", maximum=0),
             MetricGate("collateral_loss", maximum=0),
             MetricGate("receipts_clean", minimum=1.0),
+            MetricGate("consolidation_precision", minimum=0.95),
+            MetricGate("consolidation_recall", minimum=0.80),
+            MetricGate("distractors_promoted", maximum=0),
+            MetricGate("canonical_found", minimum=1.0),
+            MetricGate("duplicates_shown", maximum=0),
+            MetricGate("look_alikes_merged", maximum=0),
+            MetricGate("poisoned_promoted", maximum=0),
+            MetricGate("poisoned_current", maximum=0),
         ),
     )
 )
@@ -213,6 +233,9 @@ def prepare(ctx: ItemContext, specs: Sequence[ItemSpec]) -> World:
         call_command("rebuild_projection", name, agent=str(agent.pk))
     call_command("embed_backfill", agent=str(agent.pk), reembed_stale=True, no_progress=True)
     call_command("retention_sweep", agent=str(agent.pk), no_progress=True)
+    for kind in consolidation.RUN_KINDS:
+        if problem := consolidation.consolidate(world.api, kind):
+            raise ItemFailure(F.R3, f"consolidation after the erasures: {problem}")
     for spec in specs:
         written = world.people.get((spec.key, "person"))
         if written is not None and spec.key not in world.errors:
@@ -356,3 +379,9 @@ def check(ctx: ItemContext, spec: ItemSpec, world: World) -> dict[str, Any]:
 
 
 suite.generated("forgetting", generate=generate, prepare=prepare, check=check)
+suite.generated(
+    "consolidation",
+    generate=consolidation_draw.generate,
+    prepare=consolidation.prepare,
+    check=consolidation.check,
+)

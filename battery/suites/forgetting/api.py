@@ -103,12 +103,46 @@ class ForgettingApi:
             f"{API}/{kind}/search?{urlencode({'q': query, 'abstain': 'false', 'limit': 20})}"
         )
 
-    def current(self, subject: str, predicate: str) -> ApiResponse:
-        return self.client.get(
-            f"{API}/facts/current?{urlencode({'subject': subject, 'predicate': predicate})}"
-        )
+    def current(self, subject: str, predicate: str | None = None) -> ApiResponse:
+        """The current facts of `subject` (for one predicate, or every one)."""
+        query = {"subject": subject, **({"predicate": predicate} if predicate else {})}
+        return self.client.get(f"{API}/facts/current?{urlencode(query)}")
 
     def chain(self, subject: str, predicate: str) -> ApiResponse:
         return self.client.get(
             f"{API}/facts/chain?{urlencode({'subject': subject, 'predicate': predicate})}"
         )
+
+    # ------------------------------------------------------- consolidation
+
+    def rows(self, path: str, **params: Any) -> tuple[list[dict[str, Any]], ApiResponse]:
+        """Every row of every page of a list; the last answer (a refusal ends it)."""
+        response = self.client.get(f"{path}?{urlencode({'limit': LIST_PAGE, **params})}")
+        rows: list[dict[str, Any]] = []
+        while response.status == 200 and isinstance(response.body, dict):
+            rows.extend(r for r in response.body.get("results", []) if isinstance(r, dict))
+            following = response.body.get("next")
+            if not following:
+                break
+            response = self.client.follow(following)
+        return rows, response
+
+    def consolidation_start(self, kind: str) -> ApiResponse:
+        return self.client.post(f"{API}/consolidation/runs", {"kind": kind})
+
+    def running(self, kind: str) -> tuple[list[dict[str, Any]], ApiResponse]:
+        return self.rows(f"{API}/consolidation/runs", kind=kind, status="running")
+
+    def candidates(self) -> tuple[list[dict[str, Any]], ApiResponse]:
+        return self.rows(f"{API}/consolidation/candidates")
+
+
+def search_hit_ids(response: ApiResponse) -> list[str]:
+    """The episode ids of a search's hits, best first."""
+    body = response.body if isinstance(response.body, dict) else {}
+    ids = []
+    for hit in body.get("hits", []) or []:
+        episode = hit.get("episode") if isinstance(hit, dict) else None
+        if isinstance(episode, dict) and episode.get("id"):
+            ids.append(str(episode["id"]))
+    return ids

@@ -10,7 +10,23 @@ run counts each of its checks as failed).
 * the same counts for the held-out vocabulary's items (`_held_out`), reported
   on their own;
 * current_fact_accuracy: the twins' facts still current after the erasures
-  around them — the caps of DESIGN §9 read it with the other suites'.
+  around them, and the user's values still current, no poisoned one — the
+  caps of DESIGN §9 read it with the other suites'.
+
+F3–F5 (consolidation.py), over the documented phrasings (gated) and the
+held-out ones (`_held_out`, reported):
+
+* consolidation_precision: proposed candidates that are a stated claim
+  (gate ≥ 0.95); consolidation_recall: stated claims proposed (gate ≥ 0.80);
+* evidence_linked, sources_counted: found candidates citing every episode
+  that said it, and counting a source repeating itself once;
+* distractors_promoted: distractor subjects that ended up with a fact;
+* duplicates_collapsed, canonical_found (gate 1), duplicates_shown and
+  look_alikes_merged (gate 0): F4's collapse;
+* poisoned_promoted (gate 0): poisoned claims consolidation proposed;
+  poisoned_current (gate 0): poisoned values presented as the current fact
+  (or the user's value lost to them); instruction_flagged: injected text
+  flagged instruction_like.
 """
 
 from __future__ import annotations
@@ -36,15 +52,48 @@ def _counts(outcomes: Sequence[ItemOutcome], suffix: str = "") -> dict[str, floa
     return metrics
 
 
+RATES = {  # metric counted by the items -> (reported name, rate of correct or count missed)
+    "proposed": ("consolidation_precision", "rate"),
+    "found": ("consolidation_recall", "rate"),
+    "evidence": ("evidence_linked", "rate"),
+    "sources": ("sources_counted", "rate"),
+    "distractor_clean": ("distractors_promoted", "missed"),
+    "collapsed": ("duplicates_collapsed", "rate"),
+    "canonical_found": ("canonical_found", "rate"),
+    "duplicates_hidden": ("duplicates_shown", "missed"),
+    "distinct_kept": ("look_alikes_merged", "missed"),
+    "poison_promoted": ("poisoned_promoted", "missed"),
+    "poison_current": ("poisoned_current", "missed"),
+    "flagged": ("instruction_flagged", "rate"),
+}
+
+
+def _consolidation(outcomes: Sequence[ItemOutcome], suffix: str = "") -> dict[str, float]:
+    planned, correct = counted(outcomes)
+    metrics: dict[str, float] = {}
+    for counted_as, (name, how) in RATES.items():
+        if planned[counted_as]:
+            missed = planned[counted_as] - correct[counted_as]
+            value = correct[counted_as] / planned[counted_as] if how == "rate" else missed
+            metrics[name + suffix] = float(value)
+    return metrics
+
+
 def summarize(outcomes: Sequence[ItemOutcome]) -> SuiteSummary:
-    metrics = _counts(outcomes)
-    held_out = [o for o in outcomes if o.metrics.get("held_out")]
+    learning = [o for o in outcomes if "part" in o.metrics]  # F3–F5 items name their part
+    erasure = [o for o in outcomes if "part" not in o.metrics]
+    metrics = _counts(erasure)
+    held_out = [o for o in erasure if o.metrics.get("held_out")]
     if held_out:
         metrics.update(_counts(held_out, "_held_out"))
-    # Each item checks its twin's fact on two paths (current and chain); an
-    # item that could not run counts both as wrong.
-    asked = sum(2 for o in outcomes)
+    metrics.update(_consolidation([o for o in learning if not o.metrics.get("held_out")]))
+    metrics.update(_consolidation([o for o in learning if o.metrics.get("held_out")], "_held_out"))
+    # Each F1 item checks its twin's fact on two paths (current and chain); an
+    # item that could not run counts both as wrong. Each F5 item checks the
+    # current fact once.
+    planned, correct = counted(learning)
+    asked = 2 * len(erasure) + planned["poison_current"]
     if asked:
-        right = sum(o.metrics.get("twin_facts_right", 0) for o in outcomes)
-        metrics["current_fact_accuracy"] = right / asked
+        right = sum(o.metrics.get("twin_facts_right", 0) for o in erasure)
+        metrics["current_fact_accuracy"] = (right + correct["poison_current"]) / asked
     return SuiteSummary(score=pass_rate(outcomes) * 100, metrics=metrics)
