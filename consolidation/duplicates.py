@@ -27,6 +27,7 @@ from datetime import timedelta
 from django.conf import settings
 
 from episodes.models import Episode
+from ledger.models import Event
 
 _TOKENS = re.compile(r"[a-z0-9]+")
 
@@ -59,6 +60,27 @@ def _key(episode: Episode) -> tuple[str, str]:
     return (episode.actor, episode.session_id)
 
 
+POOL_LIMIT = 500
+
+# One statement for every pool of a batch: a query per actor and session cost more
+# than the comparisons (a batch of 1,000 episodes spans hundreds of sessions).
+# The batch itself is after `after_seq`, so it is never in its own pools.
+_POOLS_SQL = f"""
+SELECT x.*, k.actor AS pool_actor, k.session AS pool_session
+  FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[])
+       AS k(actor, session, lo, hi)
+  CROSS JOIN LATERAL (
+      SELECT e.id, e.occurred_at, e.summary, e.action, e.observation, e.embedding
+        FROM {Episode._meta.db_table} e
+        JOIN {Event._meta.db_table} ev ON ev.id = e.raw_event_id
+       WHERE e.agent_id = %s AND e.actor = k.actor AND e.session_id = k.session
+         AND e.canonical_id IS NULL AND ev.seq <= %s
+         AND (k.lo IS NULL OR e.occurred_at BETWEEN k.lo AND k.hi)
+       ORDER BY e.occurred_at, e.id
+       LIMIT {POOL_LIMIT}) x
+"""
+
+
 def find_duplicates(agent_id, batch: Sequence[Episode], *, after_seq: int) -> dict:
     """{canonical episode id: [duplicate ids, in order]} for the new episodes in `batch`
     (in ledger order, all recorded after ledger seq `after_seq`). A duplicate's canonical
@@ -70,30 +92,31 @@ def find_duplicates(agent_id, batch: Sequence[Episode], *, after_seq: int) -> di
     new = [e for e in batch if e.canonical_id is None]
     if not new:
         return {}
-    # The earlier episodes each new one may repeat: one query per actor and session.
-    pools: dict[tuple[str, str], list[Episode]] = {}
+    # The earlier episodes each new one may repeat (the same actor and session; with
+    # no session, within the window), POOL_LIMIT per actor and session, oldest first.
     by_key: dict[tuple[str, str], list[Episode]] = defaultdict(list)
     for episode in new:
         by_key[_key(episode)].append(episode)
-    batch_ids = [e.pk for e in batch]
-    for (actor, session), group in by_key.items():
-        earlier = Episode.objects.filter(
-            agent_id=agent_id,
-            actor=actor,
-            session_id=session,
-            canonical_id__isnull=True,
-            raw_event__seq__lte=after_seq,
-        ).exclude(pk__in=batch_ids)
-        if not session:
-            earlier = earlier.filter(
-                occurred_at__gte=min(e.occurred_at for e in group) - window,
-                occurred_at__lte=max(e.occurred_at for e in group) + window,
-            )
-        pools[(actor, session)] = list(
-            earlier.order_by("occurred_at", "id").only(
-                "id", "occurred_at", "summary", "action", "observation", "embedding"
-            )[:500]
-        )
+    pools: dict[tuple[str, str], list[Episode]] = {key: [] for key in by_key}
+    keys = list(by_key.items())
+    for row in Episode.objects.raw(
+        _POOLS_SQL,
+        [
+            [actor for (actor, _), _ in keys],
+            [session for (_, session), _ in keys],
+            [
+                None if session else min(e.occurred_at for e in g) - window
+                for (_, session), g in keys
+            ],
+            [
+                None if session else max(e.occurred_at for e in g) + window
+                for (_, session), g in keys
+            ],
+            agent_id,
+            after_seq,
+        ],
+    ):
+        pools[(row.pool_actor, row.pool_session)].append(row)
     found: dict = defaultdict(list)
     words: dict = {}
     for episode in new:
