@@ -8,12 +8,14 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from ledger.admin import ReadOnlyAdmin
 
 from .agent_graphs import agent_graphs
 from .models import AbstentionCalibration, ActorGraph, Episode, SourceChunk
+from .salience import effective_salience
 from .tasks import build_agent_graphs
 
 # The distinct-values filters read only this many of the newest rows: SELECT DISTINCT
@@ -121,7 +123,20 @@ class EpisodeAdmin(ReadOnlyAdmin):
     show_full_result_count = False
     fieldsets = [
         (None, {"fields": ["id", "agent", "occurred_at", "summary", "action", "observation"]}),
-        ("Outcome", {"fields": ["outcome", "score", "salience", "confidence"]}),
+        (
+            "Outcome",
+            {
+                "fields": [
+                    "outcome",
+                    "score",
+                    "salience",
+                    "effective_salience",
+                    "use_count",
+                    "last_used_at",
+                    "confidence",
+                ]
+            },
+        ),
         (
             "Context",
             {
@@ -162,6 +177,9 @@ class EpisodeAdmin(ReadOnlyAdmin):
         "outcome",
         "score",
         "salience",
+        "effective_salience",
+        "use_count",
+        "last_used_at",
         "confidence",
         "actor",
         "environment",
@@ -232,6 +250,17 @@ class EpisodeAdmin(ReadOnlyAdmin):
     @admin.display(description="embedded", boolean=True, ordering="embedded_at")
     def embedded(self, obj) -> bool:
         return obj.has_embedding
+
+    @admin.display(description="salience now")
+    def effective_salience(self, obj: Episode) -> str:
+        value = effective_salience(
+            salience=obj.salience,
+            occurred_at=obj.occurred_at,
+            last_used_at=obj.last_used_at,
+            use_count=obj.use_count,
+            now=timezone.now(),
+        )
+        return f"{value:.3f}"
 
     @admin.display(description="duplicate of")
     def canonical_link(self, obj: Episode) -> str:

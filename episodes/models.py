@@ -86,6 +86,17 @@ class Episode(models.Model):
     confidence = models.FloatField(
         default=1.0, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)]
     )
+    # Use marks (episodes.salience): replayed from recall.feedback events on a rebuild.
+    use_count = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text="How often recall evidence that included it was used (recall feedback).",
+    )
+    last_used_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="The last such use; salience decays from here (or from occurred_at).",
+    )
     entities = ArrayField(
         models.CharField(max_length=300),
         default=list,

@@ -43,7 +43,11 @@ episode just before and just after each candidate in its session join the
 candidates, and each candidate's text rank, coverage and similarity gain
 CONTEXT_WEIGHTS × its best neighbour's (the lists rank by those; the signals
 keep both, and abstention compares the episode's own values). After fusion
-each episode gains SESSION_WEIGHT × the best fused score in its session. The query
+each episode gains SESSION_WEIGHT × the best fused score in its session, and
+then its score is scaled within ±SALIENCE_WEIGHT/2 by its effective salience
+(episodes.salience: the writer's salience, decayed with time since it
+happened or was last used, lifted by uses): among equal matches the salient
+and used come first, while a decayed memory asked for precisely still wins. The query
 vector leaves out the names of the agent's actors (episodes.query_analysis)
 when episode_search embeds the query itself.
 
@@ -81,6 +85,7 @@ from .models import (
     Outcome,
     SourceChunk,
 )
+from .salience import effective_salience
 from .session_context import (
     neighbours_sql,
     read_neighbours,
@@ -106,6 +111,10 @@ SIGNAL_WEIGHTS: dict[str, float] = {
     "entities": 0.5,
     "recency": 0.05,
 }
+# After fusion an episode's score is scaled by 1 + SALIENCE_WEIGHT × (effective
+# salience − 0.5): within ±10%, enough to order equal matches by salience and
+# use, not to put a vaguer match above a precise one. 0 turns it off.
+SALIENCE_WEIGHT = 0.2
 # A text match contributes coverage ** TEXT_COVERAGE_POWER of the text weight.
 TEXT_COVERAGE_POWER = 2
 # Each list offers this many candidates per requested hit (at least MIN_CANDIDATES).
@@ -537,10 +546,21 @@ class _Key:
     here instead of on every sort: equal matches put the newer episode first
     (a chunk: document order)."""
 
-    __slots__ = ("pk", "session_id", "occurred_at", "source_id", "ordinal", "tiebreak")
+    __slots__ = (
+        "pk",
+        "session_id",
+        "occurred_at",
+        "source_id",
+        "ordinal",
+        "salience",
+        "use_count",
+        "last_used_at",
+        "tiebreak",
+    )
 
     def __init__(self, columns: Sequence[str], row: Sequence) -> None:
         self.session_id = self.occurred_at = self.source_id = self.ordinal = None
+        self.salience = self.use_count = self.last_used_at = None
         for column, value in zip(columns, row, strict=True):
             setattr(self, "pk" if column == "id" else column, value)
         if self.occurred_at is not None:
@@ -579,7 +599,10 @@ def _episode_spec(agent: Agent, filters: SearchFilters) -> _Spec:
         EXACT_SCAN_MAX_ROWS if covered else EXACT_SCAN_HEAP_MAX_ROWS,
         not used,
         used == {"actor"},
-        _columns(Episode, only=["id", "session_id", "occurred_at"]),
+        _columns(
+            Episode,
+            only=["id", "session_id", "occurred_at", "salience", "use_count", "last_used_at"],
+        ),
     )
 
 
@@ -933,6 +956,21 @@ def _session_boost(cands: list[_Candidate]) -> None:
         if c.obj.session_id:
             c.signals["session_best"] = round(best[c.obj.session_id], 6)
             c.score += SESSION_WEIGHT * best[c.obj.session_id]
+
+
+def _salience_scale(cands: list[_Candidate], now: datetime) -> None:
+    """Scale each fused score by the episode's effective salience (`salience` in
+    its signals; see SALIENCE_WEIGHT)."""
+    for c in cands:
+        value = effective_salience(
+            salience=c.obj.salience,
+            occurred_at=c.obj.occurred_at,
+            last_used_at=c.obj.last_used_at,
+            use_count=c.obj.use_count,
+            now=now,
+        )
+        c.signals["salience"] = round(value, 6)
+        c.score *= 1.0 + SALIENCE_WEIGHT * (value - 0.5)
 
 
 def _evidence(c: _Candidate) -> float | None:
@@ -1332,14 +1370,17 @@ def _search(
     if context:
         cands = _with_session_context(spec, cands, vector, fetched.context)
 
+    now = now or timezone.now()
     lists = {}
     for name, signal in signals.items():
         if name == "entities" and not entities:
             continue
-        lists[name] = signal(cands, now=now or timezone.now())
+        lists[name] = signal(cands, now=now)
     _fuse(lists)
     if spec.kind == "episode" and SESSION_WEIGHT:
         _session_boost(cands)
+    if spec.kind == "episode" and SALIENCE_WEIGHT:
+        _salience_scale(cands, now)
     for c in cands:
         c.evidence = _evidence(c)
         c.signals["coverage"] = None if c.coverage is None else round(c.coverage, 6)

@@ -9,6 +9,7 @@ episodes through nested field serializers is most of a request.
 
 from __future__ import annotations
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from piper.api.serializers import (
@@ -23,6 +24,7 @@ from piper.api.serializers import (
 from piper.provenance import Authority, SourceType
 
 from .models import EMBEDDING_DIM, Episode, Outcome, SourceChunk
+from .salience import effective_salience
 from .services import (
     MAX_BATCH,
     MAX_CONTENT_CHARS,
@@ -159,7 +161,15 @@ class EpisodeOutputSerializer(serializers.Serializer):
     observation = serializers.CharField()
     outcome = serializers.ChoiceField(choices=Outcome.choices)
     score = serializers.FloatField(allow_null=True)
-    salience = serializers.FloatField()
+    salience = serializers.FloatField(help_text="How much it matters, as written (0–1).")
+    effective_salience = serializers.FloatField(
+        help_text="Its salience now: decayed with time since it happened or was last used, "
+        "lifted by uses (retrieval ranks by it, a little)."
+    )
+    use_count = serializers.IntegerField(
+        help_text="How often recall evidence that included it was used (recall feedback)."
+    )
+    last_used_at = serializers.DateTimeField(allow_null=True)
     confidence = serializers.FloatField()
     entities = serializers.ListField(child=serializers.CharField())
     related_ids = serializers.ListField(child=serializers.UUIDField())
@@ -204,6 +214,18 @@ class EpisodeOutputSerializer(serializers.Serializer):
             "outcome": episode.outcome,
             "score": None if episode.score is None else float(episode.score),
             "salience": float(episode.salience),
+            "effective_salience": round(
+                effective_salience(
+                    salience=episode.salience,
+                    occurred_at=episode.occurred_at,
+                    last_used_at=episode.last_used_at,
+                    use_count=episode.use_count,
+                    now=timezone.now(),
+                ),
+                6,
+            ),
+            "use_count": episode.use_count,
+            "last_used_at": api_datetime(episode.last_used_at),
             "confidence": float(episode.confidence),
             "entities": list(episode.entities),
             "related_ids": [str(r) for r in episode.related_ids],

@@ -7,9 +7,11 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
+from django.utils import timezone
 
 from conftest import make_client
 from episodes.models import Episode, SourceChunk
+from episodes.salience import effective_salience
 from episodes.services import episodes_embed
 from episodes.tests.factories import T0, EpisodeFactory, HashEmbedder, SourceFactory, memory_state
 from ledger.models import Event
@@ -46,6 +48,19 @@ def episode_body(episode_id, *, embedding: bool = False) -> dict:
         "outcome": e.outcome,
         "score": e.score,
         "salience": e.salience,
+        # It decays while the test runs: equal to within a second's decay.
+        "effective_salience": pytest.approx(
+            effective_salience(
+                salience=e.salience,
+                occurred_at=e.occurred_at,
+                last_used_at=e.last_used_at,
+                use_count=e.use_count,
+                now=timezone.now(),
+            ),
+            abs=1e-5,
+        ),
+        "use_count": e.use_count,
+        "last_used_at": None if e.last_used_at is None else iso(e.last_used_at),
         "confidence": e.confidence,
         "entities": e.entities,
         "related_ids": [str(r) for r in e.related_ids],

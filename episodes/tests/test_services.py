@@ -133,6 +133,8 @@ class TestRecord:
             "summary": "The nightly batch job ran out of memory",
             "salience": 0.9,
             "confidence": 0.8,
+            "use_count": 0,
+            "last_used_at": None,
             "entities": ["batch job", "oom"],
             "related_ids": [first.pk],
             "source_type": "tool_result",

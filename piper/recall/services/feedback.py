@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from django.db import transaction
 
+from episodes.services import USE_OUTCOMES, episodes_mark_used
 from ledger.services import EventDraft, events_append
 from piper.errors import Conflict, InvalidInput, NotFound
 from piper.tenancy.models import Agent
@@ -32,7 +33,8 @@ def recall_feedback(
     Another agent's trace is NotFound (nothing written). InvalidInput for an
     unknown outcome or failure code, a failure code on a success, or `used`
     ids the trace did not return. Conflict (feedback_exists) when the trace
-    already has feedback: one word per recall.
+    already has feedback: one word per recall. A success or partial marks the
+    episodes it used as used, so their salience decay restarts (episodes.salience).
     """
     if outcome not in Outcome.values:
         raise InvalidInput(
@@ -88,6 +90,14 @@ def recall_feedback(
                 )
             ],
         )
+        if outcome in USE_OUTCOMES:
+            # The episodes it used stay salient (episodes.salience); a failure is no use.
+            kinds = {item["id"]: item.get("kind") for item in trace.returned}
+            episodes_mark_used(
+                agent=agent,
+                episode_ids=[u for u in used if kinds.get(u) == "episode"],
+                at=event.recorded_at,
+            )
         return RecallFeedback.objects.create(
             agent=agent,
             trace=trace,

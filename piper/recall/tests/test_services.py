@@ -523,6 +523,26 @@ class TestFeedback:
         assert raised.value.code == "feedback_exists"
         assert written() == before
 
+    @pytest.mark.slow
+    @pytest.mark.parametrize(
+        ("outcome", "marked"), [("success", 1), ("partial", 1), ("failure", 0)]
+    )
+    def test_used_episodes_are_marked_used_unless_it_failed(self, agent, outcome, marked):
+        from episodes.models import Episode
+        from episodes.tests.factories import episodes_batch
+
+        [episode] = episodes_batch(agent, [{"summary": "Rotated the Kestrel signing keys"}])
+        result = recall(
+            agent=agent, query="When did I rotate the Kestrel keys?", route="what_happened"
+        )
+        assert str(episode.pk) in {e.id for e in result.evidence}
+        feedback = recall_feedback(
+            agent=agent, trace_id=result.trace.pk, used=[str(episode.pk)], outcome=outcome
+        )
+        episode = Episode.objects.get(pk=episode.pk)
+        assert episode.use_count == marked
+        assert episode.last_used_at == (feedback.source_event.recorded_at if marked else None)
+
     def test_the_database_refuses_a_code_on_a_success(self, agent, traced):
         from django.db import IntegrityError, transaction
 
