@@ -234,18 +234,26 @@ def consolidation_run_step(
         columns = [*EPISODE_COLUMNS]
         if run.kind == RunKind.DUPLICATES:
             columns += ["canonical_id", "embedding"]
-        rows = list(
-            Episode.objects.filter(
+        # The next `batch` episode events by the (agent, seq) key, then their episodes:
+        # filtering episodes by their event's seq sorted every remaining episode of
+        # the run at each step (a run over 20,000 episodes read 160 a second).
+        read = list(
+            Event.objects.filter(
                 agent_id=run.agent_id,
-                raw_event__agent_id=run.agent_id,
-                raw_event__seq__gt=run.cursor_seq,
-                raw_event__seq__lte=run.to_seq,
+                seq__gt=run.cursor_seq,
+                seq__lte=run.to_seq,
+                event_type=EPISODE_RECORDED,
             )
+            .order_by("seq")
+            .values_list("seq", "id")[:batch]
+        )
+        rows = list(
+            Episode.objects.filter(agent_id=run.agent_id, raw_event_id__in=[i for _, i in read])
             .select_related("raw_event")
             .only(*columns)
-            .order_by("raw_event__seq")[:batch]
+            .order_by("raw_event__seq")
         )
-        cursor = rows[-1].raw_event.seq if len(rows) == batch else run.to_seq
+        cursor = read[-1][0] if len(read) == batch else run.to_seq
         if run.kind == RunKind.DUPLICATES:
             result = _collapse_duplicates(run, rows)
         else:
