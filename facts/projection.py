@@ -176,7 +176,6 @@ def _alias_added(event: Event, store: Store) -> Applied:
 
 
 def _predicate_defined(event: Event, store: Store) -> Applied:
-    store.forget()  # cached versions carry the old cardinality
     p = event.payload
     fields = {
         "name": p["name"],
@@ -195,11 +194,16 @@ def _predicate_defined(event: Event, store: Store) -> Applied:
             "source_event": event,
         },
     )
+    if created:
+        # Nothing was stated with it yet: the store's cache stays good (a batch that
+        # defines a predicate keeps the versions it preloaded for its claims).
+        return Applied(Outcome.CREATED, obj=predicate)
+    store.forget()  # cached versions carry the old cardinality
     # The exclusion constraint reads cardinality from each row.
     Fact.objects.filter(predicate=predicate).exclude(
         single_valued=predicate.cardinality == Cardinality.ONE
     ).update(single_valued=predicate.cardinality == Cardinality.ONE)
-    return Applied(Outcome.CREATED if created else Outcome.CONFIRMED, obj=predicate)
+    return Applied(Outcome.CONFIRMED, obj=predicate)
 
 
 def _authority_order_set(event: Event, store: Store) -> Applied:
