@@ -1,5 +1,6 @@
-"""Consolidation in the admin: runs (what they read, proposed, asserted, how long) and
-candidates with their evidence. Read-only; accept and reject go through the services."""
+"""Consolidation in the admin: runs (what they read, proposed, asserted, how long),
+candidate facts with their evidence, and candidate skills with their traces.
+Read-only; accept and reject go through the services."""
 
 from __future__ import annotations
 
@@ -12,8 +13,14 @@ from django.utils.text import Truncator
 from ledger.admin import ReadOnlyAdmin
 from piper.errors import PiperError
 
-from . import services
-from .models import CandidateEvidence, CandidateFact, ConsolidationRun
+from . import services, skill_candidates
+from .models import (
+    CandidateEvidence,
+    CandidateFact,
+    CandidateSkill,
+    CandidateSkillTrace,
+    ConsolidationRun,
+)
 
 
 @admin.register(ConsolidationRun)
@@ -186,6 +193,90 @@ class CandidateFactAdmin(ReadOnlyAdmin):
         verb = "Accepted" if accept else "Rejected"
         if done:
             self.message_user(request, f"{verb} {done} candidate(s).", messages.SUCCESS)
+        if skipped:
+            self.message_user(
+                request, f"Skipped {len(skipped)}: " + "; ".join(skipped), messages.WARNING
+            )
+
+
+class CandidateSkillTraceInline(admin.TabularInline):
+    model = CandidateSkillTrace
+    extra = 0
+    can_delete = False
+    fields = ["trace_link", "inputs_key", "occurred_at", "event"]
+    readonly_fields = fields
+    ordering = ["occurred_at", "id"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("event").defer("event__payload")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="trace")
+    def trace_link(self, evidence: CandidateSkillTrace) -> str:
+        url = reverse("admin:skills_skilltrace_change", args=[evidence.trace_id])
+        return format_html('<a href="{}">{}</a>', url, evidence.trace_id)
+
+
+@admin.register(CandidateSkill)
+class CandidateSkillAdmin(ReadOnlyAdmin):
+    list_display = ["tools_text", "status", "traces", "distinct_inputs", "agent", "created_at"]
+    list_filter = ["status"]
+    list_select_related = ["agent"]
+    search_fields = ["=id", "=shape_key", "task", "agent__name"]
+    date_hierarchy = "created_at"
+    ordering = ["-created_at", "-id"]
+    inlines = [CandidateSkillTraceInline]
+    actions = ["reject_candidates"]
+    fieldsets = [
+        (None, {"fields": ["id", "agent", "tools", "task", "status", "shape_key", "run"]}),
+        ("Evidence", {"fields": ["traces", "distinct_inputs"]}),
+        (
+            "Decision",
+            {"fields": ["version_link", "skill_id", "reason", "decided_by", "decided_at"]},
+        ),
+        ("Ledger", {"fields": ["source_event", "decision_event", "created_at"]}),
+    ]
+    readonly_fields = [f for _, spec in fieldsets for f in spec["fields"]]
+
+    @admin.display(description="procedure")
+    def tools_text(self, candidate: CandidateSkill) -> str:
+        return " → ".join(candidate.tools)
+
+    @admin.display(description="version")
+    def version_link(self, candidate: CandidateSkill) -> str:
+        if candidate.version_id is None:
+            return "-"
+        url = reverse("admin:skills_skillversion_change", args=[candidate.version_id])
+        return format_html('<a href="{}">{}</a>', url, candidate.version_id)
+
+    def has_decide_permission(self, request) -> bool:
+        return request.user.has_perm("consolidation.change_candidateskill")
+
+    @admin.action(
+        description="Reject for good (retires its version unless validated)",
+        permissions=["decide"],
+    )
+    def reject_candidates(self, request, queryset: QuerySet[CandidateSkill]):
+        actor = request.user.get_username()
+        done, skipped = 0, []
+        for candidate in queryset.select_related("agent").order_by("created_at", "id"):
+            try:
+                skill_candidates.candidate_skill_reject(
+                    agent=candidate.agent,
+                    candidate_id=candidate.pk,
+                    reason=f"rejected in the admin by {actor}",
+                    actor=actor,
+                )
+                done += 1
+            except PiperError as exc:
+                skipped.append(f"{candidate.pk}: {exc.message}")
+        if done:
+            self.message_user(request, f"Rejected {done} candidate skill(s).", messages.SUCCESS)
         if skipped:
             self.message_user(
                 request, f"Skipped {len(skipped)}: " + "; ".join(skipped), messages.WARNING

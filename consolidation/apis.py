@@ -8,6 +8,10 @@
   GET  consolidation/candidates/{id}           one candidate with its evidence
   POST consolidation/candidates/{id}/accept    {} assert a proposed candidate now (agent_inference)
   POST consolidation/candidates/{id}/reject    {reason} close it for good (its fact is retracted)
+  GET  consolidation/skill-candidates          candidate skills mined from traces (?status=, ?run=)
+  GET  consolidation/skill-candidates/{id}     one, with the traces that support it
+  POST consolidation/skill-candidates/{id}/reject  {reason} never propose this procedure again
+                                               (its version is retired unless validated)
 
 Writes take an Idempotency-Key. Refusals write nothing: 400 invalid (a missing
 reason, an unknown field); 404 for another agent's run or candidate, exactly as
@@ -26,13 +30,16 @@ from piper.api.idempotency import idempotent_write
 from piper.api.inputs import IDEMPOTENCY_KEY, body_data, query_data
 from piper.api.pagination import NewestIdCursorPagination
 
-from . import selectors, services
+from . import selectors, services, skill_candidates
 from .serializers import (
     CandidateAcceptInputSerializer,
     CandidateListQuerySerializer,
     CandidateOutputSerializer,
     CandidatePageSerializer,
     CandidateRejectInputSerializer,
+    CandidateSkillListQuerySerializer,
+    CandidateSkillOutputSerializer,
+    CandidateSkillPageSerializer,
     RunListQuerySerializer,
     RunOutputSerializer,
     RunPageSerializer,
@@ -174,5 +181,59 @@ class CandidateRejectApi(APIView):
             )
             candidate = selectors.candidate_get(agent=request.user, candidate_id=candidate_id)
             return Response(CandidateOutputSerializer(candidate).data)
+
+        return idempotent_write(request, write)
+
+
+class CandidateSkillListApi(APIView):
+    @extend_schema(
+        parameters=[CandidateSkillListQuerySerializer],
+        responses=CandidateSkillPageSerializer,
+        operation_id="v1_consolidation_skill_candidates_list",
+        summary="Candidate skills mined from verified traces, newest first",
+    )
+    def get(self, request):
+        params = query_data(CandidateSkillListQuerySerializer, request)
+        candidates = selectors.candidate_skill_list(
+            agent=request.user, status=params.get("status"), run_id=params.get("run")
+        )
+        paginator = NewestIdCursorPagination()
+        page = paginator.paginate_queryset(candidates, request, view=self)
+        return paginator.get_paginated_response(
+            CandidateSkillOutputSerializer(page, many=True).data
+        )
+
+
+class CandidateSkillDetailApi(APIView):
+    @extend_schema(
+        responses=CandidateSkillOutputSerializer,
+        operation_id="v1_consolidation_skill_candidates_retrieve",
+        summary="One candidate skill with the traces that support it",
+    )
+    def get(self, request, candidate_id):
+        candidate = selectors.candidate_skill_get(agent=request.user, candidate_id=candidate_id)
+        return Response(CandidateSkillOutputSerializer(candidate).data)
+
+
+class CandidateSkillRejectApi(APIView):
+    @extend_schema(
+        request=CandidateRejectInputSerializer,
+        responses=CandidateSkillOutputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Reject a candidate skill for good",
+        description="Its procedure is never proposed again, whatever new traces show. The "
+        "version it proposed is retired unless it was validated already. 409 already_rejected.",
+    )
+    def post(self, request, candidate_id):
+        def write():
+            data = body_data(CandidateRejectInputSerializer, request)
+            skill_candidates.candidate_skill_reject(
+                agent=request.user,
+                candidate_id=candidate_id,
+                reason=data["reason"],
+                actor=_actor(request),
+            )
+            candidate = selectors.candidate_skill_get(agent=request.user, candidate_id=candidate_id)
+            return Response(CandidateSkillOutputSerializer(candidate).data)
 
         return idempotent_write(request, write)

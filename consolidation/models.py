@@ -1,6 +1,7 @@
-"""Consolidation (DESIGN.md §8): episodes become candidate facts, with their evidence.
+"""Consolidation (DESIGN.md §8): episodes become candidate facts, traces candidate skills.
 
-A ConsolidationRun reads one agent's episodes after a cursor — the ledger seq
+A ConsolidationRun reads one agent's episodes (a `skills` run: its skill traces,
+and its episode counters count traces) after a cursor — the ledger seq
 of the last `episode.recorded` event a run consumed — up to the seq it fixed
 when it started, in steps, each step one transaction that moves the cursor
 with what it wrote. A worker killed mid-run leaves a `running` run whose
@@ -19,6 +20,7 @@ Foreign keys to episodes and facts are not database constraints: those
 projections are dropped and rebuilt from the ledger with the same ids.
 """
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now
@@ -31,6 +33,7 @@ from piper.tenancy.models import Agent
 class RunKind(models.TextChoices):
     FACTS = "facts", "Episodes → candidate facts"
     DUPLICATES = "duplicates", "Near-duplicate episodes → one canonical episode"
+    SKILLS = "skills", "Repeated verified traces → candidate skills"
 
 
 class RunStatus(models.TextChoices):
@@ -259,6 +262,117 @@ class CandidateEvidence(models.Model):
             ),
         ]
         indexes = [models.Index(fields=["event"], name="consolidation_evidence_event")]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} → {self.candidate_id}"
+
+
+class CandidateSkillStatus(models.TextChoices):
+    COLLECTING = "collecting", "Collecting (fewer verified traces than it takes)"
+    PROPOSED = "proposed", "Proposed (a candidate skill version exists)"
+    REJECTED = "rejected", "Rejected (final: never proposed again)"
+
+
+class CandidateSkill(models.Model):
+    """One procedure shape (consolidation.skill_mining.Shape) seen in verified traces.
+
+    It collects traces until CONSOLIDATION_SKILL_MIN_TRACES with different inputs
+    support it, then becomes a candidate skill version (skills services) with those
+    traces as provenance. One row per shape and agent, ever: a rejected shape is not
+    proposed again, whatever new traces say.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(
+        ConsolidationRun,
+        on_delete=models.PROTECT,
+        related_name="skill_candidates",
+        help_text="The run that first saw it.",
+    )
+    shape_key = models.CharField(max_length=64, help_text="sha256 of the procedure's shape.")
+    tools = ArrayField(models.CharField(max_length=100), help_text="The tools it calls, in order.")
+    task = models.TextField(help_text="The task of the first trace that showed it.")
+    status = models.CharField(
+        max_length=10,
+        choices=CandidateSkillStatus.choices,
+        default=CandidateSkillStatus.COLLECTING,
+    )
+    traces = models.PositiveIntegerField(default=0, help_text="Supporting verified traces.")
+    distinct_inputs = models.PositiveIntegerField(
+        default=0, help_text="Of which with different inputs: what the threshold counts."
+    )
+    skill_id = models.UUIDField(null=True, blank=True, help_text="The skill it proposed.")
+    version_id = models.UUIDField(null=True, blank=True, help_text="The version it proposed.")
+    reason = models.TextField(
+        blank=True, default="", help_text="Why it was rejected, or why a proposal failed."
+    )
+    decided_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+    decided_at = models.DateTimeField(null=True, blank=True)
+    source_event = models.ForeignKey(
+        Event,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="consolidation.skill_candidate_opened",
+    )
+    decision_event = models.ForeignKey(
+        Event,
+        on_delete=models.PROTECT,
+        related_name="+",
+        null=True,
+        blank=True,
+        help_text="consolidation.skill_candidate_proposed or _rejected",
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "shape_key"], name="consolidation_skill_shape_once"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=CandidateSkillStatus.values),
+                name="consolidation_skill_status",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="proposed") | Q(version_id__isnull=False),
+                name="consolidation_skill_proposed_has_version",
+            ),
+            models.CheckConstraint(
+                condition=Q(distinct_inputs__lte=F("traces")),
+                name="consolidation_skill_distinct_le_traces",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["agent", "status", "-id"], name="consolidation_skill_by_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{' → '.join(self.tools)} ({self.status})"
+
+
+class CandidateSkillTrace(models.Model):
+    """One verified trace supporting a candidate skill."""
+
+    candidate = models.ForeignKey(CandidateSkill, on_delete=models.CASCADE, related_name="evidence")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    # A trace goes only by an erasure, which takes this row too (consolidation.erasure).
+    trace = models.ForeignKey(
+        "skills.SkillTrace", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
+    inputs_key = models.CharField(max_length=64, help_text="sha256 of the trace's inputs.")
+    occurred_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["candidate", "occurred_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["candidate", "event"], name="consolidation_skill_trace_once"
+            ),
+        ]
+        indexes = [models.Index(fields=["event"], name="consolidation_sktrace_event")]
 
     def __str__(self) -> str:
         return f"{self.event_id} → {self.candidate_id}"

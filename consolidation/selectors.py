@@ -14,9 +14,17 @@ from ledger.models import Event
 from piper.errors import NotFound
 from piper.tenancy.models import Agent
 
-from .models import CandidateEvidence, CandidateFact, ConsolidationRun, RunStatus
+from .models import (
+    CandidateEvidence,
+    CandidateFact,
+    CandidateSkill,
+    ConsolidationRun,
+    RunKind,
+    RunStatus,
+)
 
 EPISODE_RECORDED = "episode.recorded"
+TRACE_RECORDED = "skill.trace_recorded"
 
 
 def run_list(
@@ -92,7 +100,7 @@ def candidate_get(*, agent: Agent, candidate_id: uuid.UUID) -> CandidateFact:
 
 
 def agents_due(*, kind: str, stale_seconds: int) -> list[uuid.UUID]:
-    """Active agents with episodes recorded after their last cursor and no run in
+    """Active agents with episodes (traces, for kind skills) recorded after their last cursor and no run in
     progress, or with a running run whose last step is older than `stale_seconds`
     (its worker died: it is to be resumed). Oldest agent first."""
     stale = timezone.now() - timedelta(seconds=stale_seconds)
@@ -122,7 +130,7 @@ def agents_due(*, kind: str, stale_seconds: int) -> list[uuid.UUID]:
                 "kind": kind,
                 "running": RunStatus.RUNNING,
                 "stale": stale,
-                "episode": EPISODE_RECORDED,
+                "episode": TRACE_RECORDED if kind == RunKind.SKILLS else EPISODE_RECORDED,
             },
         )
         return [row[0] for row in cursor.fetchall()]
@@ -168,3 +176,25 @@ def derived_from_events(*, agent: Agent, event_ids: list[uuid.UUID]) -> Derived:
         ).values_list("id", flat=True)
     )
     return Derived(candidate_ids, consolidation_events, fact_events)
+
+
+def candidate_skill_list(
+    *, agent: Agent, status: str | None = None, run_id: uuid.UUID | None = None
+) -> QuerySet[CandidateSkill]:
+    candidates = CandidateSkill.objects.filter(agent=agent)
+    if status is not None:
+        candidates = candidates.filter(status=status)
+    if run_id is not None:
+        candidates = candidates.filter(run_id=run_id)
+    return candidates.prefetch_related("evidence")
+
+
+def candidate_skill_get(*, agent: Agent, candidate_id: uuid.UUID) -> CandidateSkill:
+    candidate = (
+        CandidateSkill.objects.filter(agent=agent, pk=candidate_id)
+        .prefetch_related("evidence")
+        .first()
+    )
+    if candidate is None:
+        raise NotFound(f"candidate skill {candidate_id} not found")
+    return candidate

@@ -6,7 +6,15 @@ from rest_framework import serializers
 
 from piper.api.serializers import StrictCharField, StrictSerializer, api_datetime
 
-from .models import CandidateFact, CandidateStatus, ConsolidationRun, RunKind, RunStatus
+from .models import (
+    CandidateFact,
+    CandidateSkill,
+    CandidateSkillStatus,
+    CandidateStatus,
+    ConsolidationRun,
+    RunKind,
+    RunStatus,
+)
 from .services import MAX_REASON_CHARS
 
 
@@ -46,6 +54,11 @@ class CandidateListQuerySerializer(CursorQuerySerializer):
     predicate = serializers.CharField(max_length=100, required=False)
     subject = serializers.CharField(max_length=300, required=False, help_text="Any case.")
     run = serializers.UUIDField(required=False, help_text="Proposed by this run.")
+
+
+class CandidateSkillListQuerySerializer(CursorQuerySerializer):
+    status = serializers.ChoiceField(choices=CandidateSkillStatus.choices, required=False)
+    run = serializers.UUIDField(required=False, help_text="First seen by this run.")
 
 
 class CandidateAcceptInputSerializer(StrictSerializer):
@@ -211,3 +224,64 @@ class RunStartOutputSerializer(serializers.Serializer):
 
 RunPageSerializer = page_of(RunOutputSerializer, "ConsolidationRunPage")
 CandidatePageSerializer = page_of(CandidateOutputSerializer, "CandidateFactPage")
+
+
+class SkillEvidenceOutputSerializer(serializers.Serializer):
+    trace_id = serializers.UUIDField()
+    event_id = serializers.UUIDField()
+    inputs_key = serializers.CharField(help_text="sha256 of the trace's inputs.")
+    occurred_at = serializers.DateTimeField()
+
+
+class CandidateSkillOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    run_id = serializers.UUIDField()
+    shape_key = serializers.CharField(help_text="sha256 of the procedure's shape.")
+    tools = serializers.ListField(child=serializers.CharField())
+    task = serializers.CharField()
+    status = serializers.ChoiceField(choices=CandidateSkillStatus.choices)
+    traces = serializers.IntegerField(help_text="Supporting verified traces.")
+    distinct_inputs = serializers.IntegerField(help_text="Of which with different inputs.")
+    skill_id = serializers.UUIDField(allow_null=True)
+    version_id = serializers.UUIDField(
+        allow_null=True, help_text="The candidate skill version it proposed (skills API)."
+    )
+    reason = serializers.CharField()
+    decided_by = serializers.CharField()
+    decided_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    source_event_id = serializers.UUIDField()
+    decision_event_id = serializers.UUIDField(allow_null=True)
+    evidence = SkillEvidenceOutputSerializer(many=True)
+
+    def to_representation(self, c: CandidateSkill) -> dict:
+        return {
+            "id": str(c.pk),
+            "run_id": str(c.run_id),
+            "shape_key": c.shape_key,
+            "tools": list(c.tools),
+            "task": c.task,
+            "status": c.status,
+            "traces": c.traces,
+            "distinct_inputs": c.distinct_inputs,
+            "skill_id": str(c.skill_id) if c.skill_id else None,
+            "version_id": str(c.version_id) if c.version_id else None,
+            "reason": c.reason,
+            "decided_by": c.decided_by,
+            "decided_at": api_datetime(c.decided_at),
+            "created_at": api_datetime(c.created_at),
+            "source_event_id": str(c.source_event_id),
+            "decision_event_id": str(c.decision_event_id) if c.decision_event_id else None,
+            "evidence": [
+                {
+                    "trace_id": str(e.trace_id),
+                    "event_id": str(e.event_id),
+                    "inputs_key": e.inputs_key,
+                    "occurred_at": api_datetime(e.occurred_at),
+                }
+                for e in c.evidence.all()
+            ],
+        }
+
+
+CandidateSkillPageSerializer = page_of(CandidateSkillOutputSerializer, "CandidateSkillPage")

@@ -64,6 +64,13 @@ CANDIDATE_SUPPORTED = "consolidation.candidate_supported"
 CANDIDATE_ASSERTED = "consolidation.candidate_asserted"
 CANDIDATE_REJECTED = "consolidation.candidate_rejected"
 EPISODE_RECORDED = "episode.recorded"  # episodes.services.EPISODE_RECORDED
+TRACE_RECORDED = "skill.trace_recorded"  # skills.services.traces.TRACE_RECORDED
+# The ledger events each kind of run reads.
+READS = {
+    RunKind.FACTS: EPISODE_RECORDED,
+    RunKind.DUPLICATES: EPISODE_RECORDED,
+    RunKind.SKILLS: TRACE_RECORDED,
+}
 ACTOR = "consolidation"
 MAX_REASON_CHARS = 2000
 TEXT_FIELDS = ("summary", "action", "observation")
@@ -140,9 +147,9 @@ def consolidation_run_start(
             ]
             or 0
         )
-        last = Event.objects.filter(
-            agent=agent, event_type=EPISODE_RECORDED, seq__gt=done
-        ).aggregate(s=Max("seq"))["s"]
+        last = Event.objects.filter(agent=agent, event_type=READS[kind], seq__gt=done).aggregate(
+            s=Max("seq")
+        )["s"]
         if last is None:
             return None
         run_id = uuid7()
@@ -170,9 +177,9 @@ def consolidation_run_start(
             from_seq=done,
             to_seq=last,
             cursor_seq=done,
-            details={**details, "excluded": {}, "not_asserted": {}}
-            if kind == RunKind.FACTS
-            else {**details, "collapsed": {"events": 0, "episodes": 0}},
+            details={**details, "collapsed": {"events": 0, "episodes": 0}}
+            if kind == RunKind.DUPLICATES
+            else {**details, "excluded": {}, "not_asserted": {}},
             source_event=event,
         )
 
@@ -231,10 +238,7 @@ def consolidation_run_step(
         if run.cursor_seq >= run.to_seq:
             return StepResult(done=True)
         batch = int(run.details.get("batch_size") or settings.CONSOLIDATION_BATCH_SIZE)
-        columns = [*EPISODE_COLUMNS]
-        if run.kind == RunKind.DUPLICATES:
-            columns += ["canonical_id", "embedding"]
-        # The next `batch` episode events by the (agent, seq) key, then their episodes:
+        # The next `batch` events by the (agent, seq) key, then what they made:
         # filtering episodes by their event's seq sorted every remaining episode of
         # the run at each step (a run over 20,000 episodes read 160 a second).
         read = list(
@@ -242,22 +246,38 @@ def consolidation_run_step(
                 agent_id=run.agent_id,
                 seq__gt=run.cursor_seq,
                 seq__lte=run.to_seq,
-                event_type=EPISODE_RECORDED,
+                event_type=READS[run.kind],
             )
             .order_by("seq")
             .values_list("seq", "id")[:batch]
         )
-        rows = list(
-            Episode.objects.filter(agent_id=run.agent_id, raw_event_id__in=[i for _, i in read])
-            .select_related("raw_event")
-            .only(*columns)
-            .order_by("raw_event__seq")
-        )
         cursor = read[-1][0] if len(read) == batch else run.to_seq
-        if run.kind == RunKind.DUPLICATES:
-            result = _collapse_duplicates(run, rows)
+        event_ids = [i for _, i in read]
+        if run.kind == RunKind.SKILLS:
+            from skills.models import SkillTrace
+
+            from .skill_candidates import mine_traces
+
+            rows = list(
+                SkillTrace.objects.filter(agent_id=run.agent_id, source_event_id__in=event_ids)
+                .select_related("source_event")
+                .order_by("source_event__seq")
+            )
+            result = mine_traces(run, rows)
         else:
-            result = _consolidate_episodes(run, rows, extractors)
+            columns = [*EPISODE_COLUMNS]
+            if run.kind == RunKind.DUPLICATES:
+                columns += ["canonical_id", "embedding"]
+            rows = list(
+                Episode.objects.filter(agent_id=run.agent_id, raw_event_id__in=event_ids)
+                .select_related("raw_event")
+                .only(*columns)
+                .order_by("raw_event__seq")
+            )
+            if run.kind == RunKind.DUPLICATES:
+                result = _collapse_duplicates(run, rows)
+            else:
+                result = _consolidate_episodes(run, rows, extractors)
         counts = result.counts
         details = dict(run.details)
         for section in ("excluded", "not_asserted", "collapsed"):

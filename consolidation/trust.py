@@ -12,7 +12,8 @@ however often it repeats or however similar it is to trusted material:
   "according to …", "the page says …": a web page relayed by a tool is a third
   party speaking through a trusted channel.
 
-`exclusion(episode)` names the first reason that applies, or None.
+`exclusion(episode)` names the first reason that applies, or None;
+`trace_exclusion(trace)` does the same for a skill trace (candidate skills).
 """
 
 from __future__ import annotations
@@ -52,5 +53,21 @@ def exclusion(episode) -> str | None:
     if episode.source_type == SourceType.TOOL_RESULT and quotes_outside_text(
         episode.summary, episode.action, episode.observation
     ):
+        return "tool_result_quotes_outside_text"
+    return None
+
+
+def trace_exclusion(trace) -> str | None:
+    """Why a skill trace must not feed a candidate skill, or None if it may: only a
+    verified success from a trusted source, with no instruction-like text."""
+    if not trace.succeeded:
+        return "not_successful"
+    if not trace.verified:
+        return "unverified"
+    if trace.instruction_like:
+        return "instruction_like"
+    if trace.source_type in LOW_TRUST_SOURCES:
+        return "low_trust_source"
+    if trace.source_type == SourceType.TOOL_RESULT and quotes_outside_text(trace.task):
         return "tool_result_quotes_outside_text"
     return None

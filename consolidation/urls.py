@@ -29,4 +29,19 @@ urlpatterns = [
         apis.CandidateRejectApi.as_view(),
         name="consolidation-candidate-reject",
     ),
+    path(
+        "consolidation/skill-candidates",
+        apis.CandidateSkillListApi.as_view(),
+        name="consolidation-skill-candidates",
+    ),
+    path(
+        "consolidation/skill-candidates/<uuid:candidate_id>",
+        apis.CandidateSkillDetailApi.as_view(),
+        name="consolidation-skill-candidate-detail",
+    ),
+    path(
+        "consolidation/skill-candidates/<uuid:candidate_id>/reject",
+        apis.CandidateSkillRejectApi.as_view(),
+        name="consolidation-skill-candidate-reject",
+    ),
 ]

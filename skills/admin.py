@@ -17,7 +17,7 @@ from piper.admin_display import pretty_json
 from piper.errors import PiperError
 
 from . import selectors
-from .models import Execution, Skill, SkillVersion, Validation, ValidationCase
+from .models import Execution, Skill, SkillTrace, SkillVersion, Validation, ValidationCase
 from .services import lifecycle
 
 RECENT_EXECUTIONS = 20
@@ -454,3 +454,63 @@ class ExecutionAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description="stderr")
     def stderr_text(self, execution):
         return _code(execution.stderr)
+
+
+@admin.register(SkillTrace)
+class SkillTraceAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = [
+        "created_at",
+        "task_text",
+        "steps_count",
+        "succeeded",
+        "verified",
+        "source_type",
+        "instruction_like",
+        "agent",
+    ]
+    list_filter = ["succeeded", "verified", "source_type", "instruction_like", "agent"]
+    list_select_related = ["agent"]
+    search_fields = ["=id", "task", "session_id", "task_id", "agent__name"]
+    ordering = ["-id"]
+    readonly_fields = [
+        "id",
+        "agent",
+        "task",
+        "inputs_json",
+        "steps_json",
+        "output_json",
+        "succeeded",
+        "verified",
+        "verification_json",
+        "source_type",
+        "instruction_like",
+        "session_id",
+        "task_id",
+        "source_event",
+        "created_at",
+    ]
+    fields = readonly_fields
+
+    @admin.display(description="task")
+    def task_text(self, trace):
+        return trace.task[:120]
+
+    @admin.display(description="steps")
+    def steps_count(self, trace):
+        return len(trace.steps or [])
+
+    @admin.display(description="inputs")
+    def inputs_json(self, trace):
+        return pretty_json(trace.inputs)
+
+    @admin.display(description="steps")
+    def steps_json(self, trace):
+        return pretty_json(trace.steps)
+
+    @admin.display(description="output")
+    def output_json(self, trace):
+        return pretty_json(trace.output)
+
+    @admin.display(description="verification")
+    def verification_json(self, trace):
+        return pretty_json(trace.verification)

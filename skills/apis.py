@@ -70,13 +70,17 @@ from .serializers import (
     SkillPageSerializer,
     SkillReasonInputSerializer,
     SkillRequiredReasonInputSerializer,
+    SkillTraceInputSerializer,
+    SkillTraceListQuerySerializer,
+    SkillTraceOutputSerializer,
+    SkillTracePageSerializer,
     ValidateInputSerializer,
     ValidationOutputSerializer,
     ValidationPageSerializer,
     VersionCreateInputSerializer,
     VersionDetailOutputSerializer,
 )
-from .services import definitions, lifecycle, runs
+from .services import definitions, lifecycle, runs, traces
 
 POLL_SECONDS = 0.05
 
@@ -447,3 +451,63 @@ class ExecutionDetailApi(APIView):
     def get(self, request, execution_id):
         execution = selectors.execution_get(agent=request.user, execution_id=execution_id)
         return Response(ExecutionOutputSerializer(execution).data)
+
+
+# ------------------------------------------------------------------------- traces
+
+
+class TraceListApi(APIView):
+    @extend_schema(
+        parameters=[SkillTraceListQuerySerializer],
+        responses=SkillTracePageSerializer,
+        operation_id="v1_skills_traces_list",
+        summary="This agent's recorded traces, newest first (cursor pagination)",
+    )
+    def get(self, request):
+        params = query_data(SkillTraceListQuerySerializer, request)
+        paginator = NewestIdCursorPagination()
+        page = paginator.paginate_queryset(
+            selectors.trace_list(
+                agent=request.user,
+                succeeded=params.get("succeeded"),
+                verified=params.get("verified"),
+                session_id=params.get("session_id"),
+                task_id=params.get("task_id"),
+            ),
+            request,
+            view=self,
+        )
+        return paginator.get_paginated_response(SkillTraceOutputSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=SkillTraceInputSerializer,
+        responses={201: SkillTraceOutputSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Record a procedure the agent performed without a skill, step by step",
+        description="Each step is a call of one of the skills tools with its arguments and "
+        "result. Consolidation (kind `skills`) mines verified successful traces: when "
+        "CONSOLIDATION_SKILL_MIN_TRACES of them with different inputs share one step "
+        "sequence, it proposes a candidate skill version with those traces as provenance, "
+        "which then goes through the sandbox and the promotion rules like any other. "
+        "422 unknown_tool; 400 for a verified trace without its verification.",
+    )
+    def post(self, request):
+        def write():
+            data = body_data(SkillTraceInputSerializer, request)
+            trace = traces.trace_record(
+                agent=request.user, data=traces.TraceInput(**data), actor=_actor(request)
+            )
+            return Response(SkillTraceOutputSerializer(trace).data, status=status.HTTP_201_CREATED)
+
+        return idempotent_write(request, write)
+
+
+class TraceDetailApi(APIView):
+    @extend_schema(
+        responses=SkillTraceOutputSerializer,
+        operation_id="v1_skills_traces_retrieve",
+        summary="One recorded trace",
+    )
+    def get(self, request, trace_id):
+        trace = selectors.trace_get(agent=request.user, trace_id=trace_id)
+        return Response(SkillTraceOutputSerializer(trace).data)

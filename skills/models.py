@@ -21,6 +21,7 @@ from pgvector.django import VectorField
 
 from ledger.models import Event
 from piper.ids import uuid7
+from piper.provenance import SourceType
 from piper.tenancy.models import Agent
 
 MAX_SOURCE_BYTES = 64 * 1024
@@ -388,3 +389,62 @@ class Execution(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source} {self.outcome or self.status}"
+
+
+class SkillTrace(models.Model):
+    """A procedure the agent performed without a skill, step by step, with its outcome.
+
+    Each step is a call of one of skills.tools (the only tools a skill can call),
+    so a trace can be replayed in the sandbox. Consolidation reads verified,
+    successful traces and, when enough of them with different inputs share one
+    step sequence, proposes a candidate skill version with those traces as its
+    provenance (consolidation.skill_mining). Final once written.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    task = models.TextField(help_text="What the agent was doing, in its own words.")
+    inputs = models.JSONField(help_text="The values the procedure started from: {name: value}.")
+    steps = models.JSONField(help_text="[{tool, args, result}] in the order they ran.")
+    output = models.JSONField(null=True, blank=True, help_text="What the procedure produced.")
+    succeeded = models.BooleanField(help_text="Did it achieve its purpose?")
+    verified = models.BooleanField(
+        default=False, help_text="A check outside the agent's own say-so confirmed the outcome."
+    )
+    verification = models.JSONField(
+        null=True, blank=True, help_text="What checked it: {by, evidence} (required if verified)."
+    )
+    source_type = models.CharField(
+        max_length=20,
+        choices=SourceType.choices,
+        default=SourceType.AGENT_INFERENCE,
+        help_text="Where the trace came from: a third party's or a document's procedure is "
+        "kept, never mined.",
+    )
+    instruction_like = models.BooleanField(
+        default=False,
+        help_text="Its text tries to act as an instruction (piper.safety): kept as evidence, "
+        "never mined into a skill.",
+    )
+    session_id = models.CharField(max_length=200, blank=True, default="")
+    task_id = models.CharField(max_length=200, blank=True, default="")
+    source_event = models.ForeignKey(
+        Event, on_delete=models.PROTECT, related_name="+", help_text="skill.trace_recorded"
+    )
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(verified=False) | Q(verification__isnull=False),
+                name="skills_trace_verified_has_evidence",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["agent", "-id"], name="skills_trace_agent_idx"),
+            models.Index(fields=["source_event"], name="skills_trace_event_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"trace {self.pk} ({'ok' if self.succeeded else 'failed'})"

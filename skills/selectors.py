@@ -33,6 +33,7 @@ from .models import (
     Execution,
     ExecutionStatus,
     Skill,
+    SkillTrace,
     SkillVersion,
     Validation,
     ValidationCase,
@@ -195,6 +196,33 @@ def execution_get(*, agent: Agent, execution_id: uuid.UUID) -> Execution:
     if execution is None:
         raise NotFound(f"execution {execution_id} not found")
     return execution
+
+
+def trace_list(
+    *,
+    agent: Agent,
+    succeeded: bool | None = None,
+    verified: bool | None = None,
+    session_id: str | None = None,
+    task_id: str | None = None,
+) -> QuerySet[SkillTrace]:
+    traces = SkillTrace.objects.filter(agent=agent)
+    if succeeded is not None:
+        traces = traces.filter(succeeded=succeeded)
+    if verified is not None:
+        traces = traces.filter(verified=verified)
+    if session_id:
+        traces = traces.filter(session_id=session_id)
+    if task_id:
+        traces = traces.filter(task_id=task_id)
+    return traces.order_by("-id")
+
+
+def trace_get(*, agent: Agent, trace_id: uuid.UUID) -> SkillTrace:
+    trace = SkillTrace.objects.filter(agent=agent, pk=trace_id).first()
+    if trace is None:
+        raise NotFound(f"trace {trace_id} not found")
+    return trace
 
 
 # ----------------------------------------------------------------------- matching

@@ -24,12 +24,14 @@ from piper.api.serializers import (
     StrictSerializer,
     api_datetime,
 )
+from piper.provenance import SourceType
 
 from .models import (
     Execution,
     ExecutionSource,
     ExecutionStatus,
     Skill,
+    SkillTrace,
     SkillVersion,
     Validation,
     ValidationCase,
@@ -287,6 +289,51 @@ class ExecutionReportInputSerializer(StrictSerializer):
     task = StrictCharField(max_length=4000, required=False, allow_blank=True, default="")
     context = JSONObjectField(required=False, default=dict)
     session_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class SkillTraceStepSerializer(StrictSerializer):
+    tool = serializers.CharField(max_length=100, help_text="One of the skills tools.")
+    args = JSONObjectField(required=False, default=dict, help_text="The tool's arguments.")
+    result = AnyJSONField(required=False, default=None, help_text="What the call returned.")
+
+
+class SkillTraceInputSerializer(PolicyClassesSerializer, StrictSerializer):
+    task = StrictCharField(max_length=4000, help_text="What the agent was doing.")
+    inputs = JSONObjectField(
+        help_text="The values the procedure started from, by name: what a skill learned from "
+        "this trace takes as its parameters."
+    )
+    steps = SkillTraceStepSerializer(many=True, help_text="The tool calls, in the order they ran.")
+    output = AnyJSONField(required=False, default=None, help_text="What the procedure produced.")
+    succeeded = StrictBooleanField(help_text="Did it achieve its purpose?")
+    verified = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="Something outside the agent's own say-so checked the outcome (a validator, "
+        "a test, a user). Only verified successes are mined into candidate skills.",
+    )
+    verification = JSONObjectField(
+        required=False,
+        default=None,
+        allow_null=True,
+        help_text="{by, evidence}: what checked it and what it saw (required if verified).",
+    )
+    source_type = serializers.ChoiceField(
+        choices=SourceType.choices,
+        required=False,
+        default=SourceType.AGENT_INFERENCE,
+        help_text="Where the procedure came from: a third party's or a document's is kept, "
+        "never mined.",
+    )
+    session_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+    task_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class SkillTraceListQuerySerializer(CursorQuerySerializer):
+    succeeded = serializers.BooleanField(required=False, allow_null=True, default=None)
+    verified = serializers.BooleanField(required=False, allow_null=True, default=None)
+    session_id = serializers.CharField(max_length=200, required=False)
+    task_id = serializers.CharField(max_length=200, required=False)
 
 
 class ExecutionListQuerySerializer(CursorQuerySerializer):
@@ -672,3 +719,43 @@ class MatchOutputSerializer(serializers.Serializer):
             "no_applicable_skill": not result.applicable,
             "near_misses": [_MATCHED.to_representation(c) for c in result.near_misses],
         }
+
+
+class SkillTraceOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    task = serializers.CharField()
+    inputs = JSONObjectField()
+    steps = JSONListField()
+    output = AnyJSONField()
+    succeeded = serializers.BooleanField()
+    verified = serializers.BooleanField()
+    verification = JSONObjectField(allow_null=True)
+    source_type = serializers.CharField()
+    instruction_like = serializers.BooleanField(
+        help_text="Its text tries to act as an instruction: kept as evidence, never mined."
+    )
+    session_id = serializers.CharField()
+    task_id = serializers.CharField()
+    source_event_id = serializers.UUIDField()
+    created_at = serializers.DateTimeField()
+
+    def to_representation(self, t: SkillTrace) -> dict:
+        return {
+            "id": str(t.pk),
+            "task": t.task,
+            "inputs": t.inputs,
+            "steps": t.steps,
+            "output": t.output,
+            "succeeded": t.succeeded,
+            "verified": t.verified,
+            "verification": t.verification,
+            "source_type": t.source_type,
+            "instruction_like": t.instruction_like,
+            "session_id": t.session_id,
+            "task_id": t.task_id,
+            "source_event_id": str(t.source_event_id),
+            "created_at": api_datetime(t.created_at),
+        }
+
+
+SkillTracePageSerializer = page_of(SkillTraceOutputSerializer, "SkillTracePageSerializer")

@@ -5,6 +5,8 @@ from . import apis
 urlpatterns = [
     path("skills", apis.SkillListApi.as_view(), name="skills"),
     path("skills/match", apis.MatchApi.as_view(), name="skills-match"),
+    path("skills/traces", apis.TraceListApi.as_view(), name="skill-traces"),
+    path("skills/traces/<uuid:trace_id>", apis.TraceDetailApi.as_view(), name="skill-trace-detail"),
     path("skills/<uuid:skill_id>", apis.SkillDetailApi.as_view(), name="skill-detail"),
     path(
         "skills/<uuid:skill_id>/versions",

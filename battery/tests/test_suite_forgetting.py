@@ -15,7 +15,7 @@ from django.core.management import call_command
 
 from battery.models import BatteryRun
 from battery.registry import suites_select
-from battery.suites.forgetting import consolidation_draw, draw
+from battery.suites.forgetting import consolidation_draw, draw, skill_draw
 from battery.tests.helpers import Faulty
 from battery.transport import ApiResponse, InProcessTransport
 from piper.celery import app as celery_app
@@ -62,6 +62,32 @@ def test_the_consolidation_draw_is_seeded_and_keeps_its_vocabulary_apart():
         assert attribute.replace(" ", "_").replace("-", "_") not in extraction._PREDICATE_ALIASES
 
 
+def test_the_procedure_draw_is_seeded_and_every_item_is_its_own_procedure():
+    from consolidation.skill_mining import shape_of
+    from skills import tools
+
+    rng = lambda: random.Random("3:F:consolidation:generate")  # noqa: E731
+    first, again = skill_draw.generate(rng()), skill_draw.generate(rng())
+    assert [s.data for s in first] == [s.data for s in again]
+    ways = Counter(s.metrics["way"] for s in first)
+    assert ways == {"learnable": skill_draw.LEARNABLE, **dict.fromkeys(skill_draw.REFUSED_WAYS, 1)}
+    learnable = [s for s in first if s.metrics["way"] == "learnable"]
+    assert 0 < sum(s.metrics["held_out"] for s in learnable) < len(learnable)
+    # No two items share a procedure: each is learned, or refused, on its own traces.
+    shapes = [shape_of(**_trace_parts(s.data["traces"][0])).key for s in first]
+    assert len(shapes) == len(set(shapes))
+    for spec in first:
+        for trace in spec.data["traces"]:
+            # Every step's result is what the service's own tool gives.
+            for step in trace["steps"]:
+                assert tools.TOOLS[step["tool"]].run(None, step["args"]) == step["result"]
+            assert trace["output"] == trace["steps"][-1]["result"]
+
+
+def _trace_parts(trace: dict) -> dict:
+    return {"inputs": trace["inputs"], "steps": trace["steps"], "output": trace["output"]}
+
+
 def test_suite_F_is_registered_with_weight_10_and_its_gates():
     suite = suites_select(codes=["F"])[0]
     assert (suite.weight, suite.gate) == (10, 0.75)
@@ -78,6 +104,8 @@ def test_suite_F_is_registered_with_weight_10_and_its_gates():
         "look_alikes_merged <= 0",
         "poisoned_promoted <= 0",
         "poisoned_current <= 0",
+        "skills_learned >= 0.95",
+        "skills_misproposed <= 0",
     ]
 
 
@@ -101,7 +129,7 @@ def test_battery_run_suite_F_passes_its_gates_against_the_real_service(tmp_path,
     suite = run.suite_scores["F"]
     print(suite["metrics"], *failed, sep="\n")  # the held-out figures, for the reader
     assert (run.status, run.suites) == ("passed", ["F"]), failed
-    assert (suite["items"], suite["gate_passed"]) == (90, True)
+    assert (suite["items"], suite["gate_passed"]) == (105, True)
     metrics = suite["metrics"]
     # F1, F2: every erasure complete, nothing back, nothing else lost.
     assert {k: metrics[k] for k in ("erasure_residue", "regenerated", "collateral_loss")} == {
@@ -117,6 +145,10 @@ def test_battery_run_suite_F_passes_its_gates_against_the_real_service(tmp_path,
     assert metrics["sources_counted"] == 1.0
     assert metrics["duplicates_collapsed"] == metrics["canonical_found"] == 1.0
     assert metrics["instruction_flagged"] == 1.0
+    # F6: every verified procedure learned and replayed, nothing from the rest.
+    assert (metrics["skills_learned"], metrics["skills_replayed"]) == (1.0, 1.0)
+    assert metrics["skills_learned_held_out"] == 1.0
+    assert metrics["skills_misproposed"] == metrics["skills_misproposed_held_out"] == 0.0
     # Held out, reported: only items whose phrasing no rule reads are missed.
     assert "consolidation_recall_held_out" in metrics
     assert metrics["poisoned_promoted_held_out"] <= 1
@@ -200,3 +232,44 @@ def test_a_service_whose_candidates_cite_nothing_fails_W1(monkeypatch, tmp_path)
     metrics = run.suite_scores["F"]["metrics"]
     assert metrics["consolidation_recall"] == 0.0
     assert metrics["instruction_flagged"] == 0.0
+
+
+class VerifiesEverything(Faulty):
+    """A service that takes every trace as a verified success: what F6's refused
+    items exist to catch (an unverified or failed procedure proposed as a skill)."""
+
+    def request(self, method, path, *, body=None, headers=None):
+        if method == "POST" and path == "/api/v1/skills/traces" and isinstance(body, dict):
+            body = {
+                **body,
+                "succeeded": True,
+                "verified": True,
+                "verification": {"by": "nobody"},
+            }
+        return self.inner.request(method, path, body=body, headers=headers)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_service_that_learns_from_unverified_traces_fails_R3(monkeypatch, tmp_path):
+    monkeypatch.setattr(draw, "ITEMS_PER_MODE", 1)
+    monkeypatch.setattr(consolidation_draw, "COUNTS", SMALL)
+    monkeypatch.setattr(skill_draw, "LEARNABLE", 1)
+    monkeypatch.setattr(skill_draw, "REFUSED_WAYS", ("unverified", "failed"))
+    monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
+    monkeypatch.setattr(
+        "battery.services.transport_open",
+        lambda base_url: VerifiesEverything(InProcessTransport()),
+    )
+    with pytest.raises(Exception):  # noqa: B017 - the command exits non-zero
+        battery("run", "--suite", "F", "--report", str(tmp_path), "--seed", "9")
+    run = BatteryRun.objects.get()
+    failed = dict(run.items.filter(passed=False).values_list("item", "failure_code"))
+    assert {key: code for key, code in failed.items() if key.startswith("f6_")} == {
+        "f6_unverified_01": "R3",
+        "f6_failed_02": "R3",
+    }
+    metrics = run.suite_scores["F"]["metrics"]
+    # One item of each phrasing: one counted in the gated figure, one held out.
+    assert (metrics["skills_misproposed"], metrics["skills_misproposed_held_out"]) == (1.0, 1.0)
+    assert metrics["skills_learned"] == 1.0

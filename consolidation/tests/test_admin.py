@@ -99,3 +99,47 @@ def test_no_add_no_change_no_delete(admin_client, rows, model):
     assert admin_client.post(change, {"status": "failed"}).status_code == 403
     assert state(rows["agent"]) == before
     assert ConsolidationRun.objects.get(pk=rows["consolidationrun"].pk).status == "succeeded"
+
+
+@pytest.fixture
+def learned():
+    from consolidation.models import CandidateSkill
+    from consolidation.tests.test_skill_candidates import record
+
+    agent = AgentFactory(name="admin-skills")
+    traces = [record(agent, text=t) for t in ("invoice 4411", "credit note 17", "receipt 9")]
+    consolidate(agent=agent, kind="skills")
+    return {"agent": agent, "traces": traces, "candidate": CandidateSkill.objects.get(agent=agent)}
+
+
+def test_a_candidate_skill_page_shows_its_traces_and_version(admin_client, learned):
+    candidate = learned["candidate"]
+    assert (
+        admin_client.get(reverse("admin:consolidation_candidateskill_changelist")).status_code
+        == 200
+    )
+    response = admin_client.get(
+        reverse("admin:consolidation_candidateskill_change", args=[candidate.pk])
+    )
+    html = response.content.decode()
+    assert response.context["has_change_permission"] is False
+    assert reverse("admin:skills_skillversion_change", args=[candidate.version_id]) in html
+    for trace in learned["traces"]:
+        assert reverse("admin:skills_skilltrace_change", args=[trace.pk]) in html
+        page = admin_client.get(reverse("admin:skills_skilltrace_change", args=[trace.pk]))
+        assert page.status_code == 200 and trace.task in page.content.decode()
+
+
+def test_the_reject_action_closes_a_candidate_skill(admin_client, learned):
+    from consolidation.models import CandidateSkill
+    from skills.models import SkillVersion
+
+    candidate = learned["candidate"]
+    response = admin_client.post(
+        reverse("admin:consolidation_candidateskill_changelist"),
+        {"action": "reject_candidates", "_selected_action": [str(candidate.pk)]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert CandidateSkill.objects.get(pk=candidate.pk).status == "rejected"
+    assert SkillVersion.objects.get(pk=candidate.version_id).status == "retired"

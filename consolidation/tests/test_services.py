@@ -181,7 +181,7 @@ class TestRun:
     def test_an_unknown_kind_is_refused(self, agent):
         with pytest.raises(InvalidInput) as refused:
             consolidation_run_start(agent=agent, kind="dreams")
-        assert refused.value.message == "kind must be one of ['facts', 'duplicates']"
+        assert refused.value.message == "kind must be one of ['facts', 'duplicates', 'skills']"
 
 
 class TestContamination:

@@ -268,6 +268,9 @@ CONSOLIDATION_MIN_CONFIDENCE = env_float("CONSOLIDATION_MIN_CONFIDENCE", 0.6)
 CONSOLIDATION_DUPLICATE_WINDOW_SECONDS = env_int("CONSOLIDATION_DUPLICATE_WINDOW_SECONDS", 86400)
 CONSOLIDATION_DUPLICATE_MIN_TEXT = env_float("CONSOLIDATION_DUPLICATE_MIN_TEXT", 0.9)
 CONSOLIDATION_DUPLICATE_MIN_COSINE = env_float("CONSOLIDATION_DUPLICATE_MIN_COSINE", 0.95)
+# Candidate skills: a procedure shape seen in this many verified successful traces with
+# different inputs becomes a candidate skill version (consolidation.skill_mining).
+CONSOLIDATION_SKILL_MIN_TRACES = env_int("CONSOLIDATION_SKILL_MIN_TRACES", 3)
 # The extractors in use (consolidation.extraction): dotted paths, in order.
 CONSOLIDATION_EXTRACTORS = [
     p

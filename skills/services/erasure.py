@@ -18,6 +18,7 @@ from ledger.erasure import ErasureScope, allow_erasure_in_this_transaction, find
 from ..models import (
     Execution,
     Skill,
+    SkillTrace,
     SkillVersion,
     Validation,
     ValidationCase,
@@ -29,6 +30,7 @@ SKILLS = "skills"
 VERSIONS = "skill_versions"
 VALIDATIONS = "skill_validations"
 EXECUTIONS = "skill_executions"
+TRACES = "skill_traces"
 PROVENANCE = "skill_provenance"  # links from surviving versions to erased evidence
 EPISODES = "episodes"
 MADE = "made_from_erased_event"  # the episodic eraser's name for the episodes it removed
@@ -65,8 +67,10 @@ def erase(scope: ErasureScope) -> None:
     superseding = SkillVersion.objects.filter(agent=agent, supersedes_id__any=version_ids).exclude(
         pk__any=version_ids
     )
+    traces = SkillTrace.objects.filter(agent=agent, source_event_id__in=erased)
     if not (
         version_ids
+        or traces.exists()
         or validations.exists()
         or executions.exists()
         or provenance.exists()
@@ -83,6 +87,9 @@ def erase(scope: ErasureScope) -> None:
     for task, stdout in executions.values_list("task", "stdout")[:200]:
         scope.add_texts([task, stdout])
 
+    scope.add_texts(traces.values_list("task", flat=True)[:200])
+    scope.note_removed(TRACES, traces.values_list("id", flat=True))
+    traces.delete()
     ValidationCase.objects.filter(validation__in=validations).delete()
     scope.note_removed(VALIDATIONS, validations.values_list("id", flat=True))
     validations.delete()
@@ -138,6 +145,7 @@ def residue(scope: ErasureScope) -> list[dict]:
         finding(
             PROVENANCE, MADE, VersionProvenance.objects.filter(agent=agent, event_id__in=erased)
         ),
+        finding(TRACES, MADE, SkillTrace.objects.filter(agent=agent, source_event_id__in=erased)),
     ]
     links = (
         SkillVersion.objects.filter(agent=agent, provenance_episodes__has_any_keys=erased_episodes)

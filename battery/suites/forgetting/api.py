@@ -136,6 +136,15 @@ class ForgettingApi:
     def candidates(self) -> tuple[list[dict[str, Any]], ApiResponse]:
         return self.rows(f"{API}/consolidation/candidates")
 
+    def trace(self, body: dict[str, Any]) -> ApiResponse:
+        return self.client.post(f"{API}/skills/traces", body)
+
+    def skill_candidates(self) -> tuple[list[dict[str, Any]], ApiResponse]:
+        return self.rows(f"{API}/consolidation/skill-candidates")
+
+    def version(self, version_id: str) -> ApiResponse:
+        return self.client.get(f"{API}/skills/versions/{version_id}")
+
 
 def search_hit_ids(response: ApiResponse) -> list[str]:
     """The episode ids of a search's hits, best first."""

@@ -1,12 +1,13 @@
-"""Suite F3–F5: consolidation quality, duplicate collapse, poisoning — driven
-through the API as an agent would, in an agent of their own.
+"""Suite F3–F6: consolidation quality, duplicate collapse, poisoning, candidate
+skills — driven through the API as an agent would, in an agent of their own.
 
 `prepare` records the draw's episodes (consolidation_draw.py) — after the
-user's word for the items a third party contradicts — then starts a `facts`
-and a `duplicates` consolidation run (POST /consolidation/runs) and waits
-until no run of the agent is running (a worker does the work; in tests the
-tasks run eagerly). It reads every candidate back and gives each to the item
-whose episodes its evidence cites.
+user's word for the items a third party contradicts — and its traces
+(skill_draw.py, POST /skills/traces), then starts a `facts`, a `duplicates`
+and a `skills` consolidation run (POST /consolidation/runs) and waits until no
+run of the agent is running (a worker does the work; in tests the tasks run
+eagerly). It reads every candidate back and gives each to the item whose
+episodes (or traces) its evidence cites.
 
 Each item's `check` counts, per metric (judge.py turns the counts into rates):
 
@@ -23,7 +24,12 @@ Each item's `check` counts, per metric (judge.py turns the counts into rates):
 * poison: nothing was proposed or asserted from it (`poison_promoted`), its
   value is not the current fact — the user's is, where the user spoke
   (`poison_current`), and injected text is flagged `instruction_like`
-  (`flagged`).
+  (`flagged`);
+* procedures (F6): a learnable one is proposed as one candidate skill citing
+  every trace (`skill_learned`), whose version passes its examples in the
+  sandbox and so becomes experimental (`skill_replayed`); a refused one
+  (unverified, failed, third party, document, instruction-like, one run
+  repeated, too few runs) proposes nothing (`skill_refused`).
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ from .api import ForgettingApi, Refused, search_hit_ids
 EPOCH = datetime(2026, 5, 4, 8, 0, tzinfo=UTC)
 RUN_WAIT_SECONDS = 300
 POLL_SECONDS = 0.5
-RUN_KINDS = ("facts", "duplicates")
+RUN_KINDS = ("facts", "duplicates", "skills")
+VERSION_WAIT_SECONDS = 120  # the sandbox validation of a proposed version (a worker)
 
 
 def norm(text: Any) -> str:
@@ -61,6 +68,8 @@ class World:
     api: ForgettingApi
     ids: dict[tuple[str, str], str] = field(default_factory=dict)  # (item, ref) -> episode id
     candidates: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by item
+    traces: dict[str, str] = field(default_factory=dict)  # trace id -> item
+    skill_candidates: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by item
     errors: dict[str, Verdict] = field(default_factory=dict)
     problem: str = ""  # consolidation did not run to the end
 
@@ -72,6 +81,10 @@ def _when(n: int) -> str:
 def _record(world: World, spec: ItemSpec, n: int) -> int:
     """Record one item's episodes; returns the next minute to use."""
     api, data = world.api, spec.data
+    if spec.metrics["part"] == "procedure":
+        for trace in data["traces"]:
+            world.traces[api.require(api.trace(trace), "POST /skills/traces")["id"]] = spec.key
+        return n
     if spec.metrics["part"] == "duplicates":
         notes = [("canonical", data["canonical"])]
         notes += [(f"copy{i}", text) for i, text in enumerate(data["duplicates"])]
@@ -152,6 +165,17 @@ def prepare(ctx: ItemContext, specs: Sequence[ItemSpec]) -> World:
         for key in items - {None}:
             by_item[key].append(row)
     world.candidates = dict(by_item)
+    rows, response = world.api.skill_candidates()
+    if response.status != 200:
+        world.problem = world.problem or (
+            f"GET /consolidation/skill-candidates: {response.describe()}"
+        )
+    by_item = defaultdict(list)
+    for row in rows:
+        items = {world.traces.get(str(e.get("trace_id"))) for e in row.get("evidence", [])}
+        for key in items - {None}:
+            by_item[key].append(row)
+    world.skill_candidates = dict(by_item)
     return world
 
 
@@ -339,11 +363,65 @@ def _check_poison(world: World, spec: ItemSpec, tally: Tally) -> None:
         )
 
 
+def _version_status(api: ForgettingApi, version_id: str) -> str:
+    """The version's status once its examples' validation has run (or the wait ended)."""
+    deadline = time.monotonic() + VERSION_WAIT_SECONDS
+    while True:
+        response = api.version(version_id)
+        body = response.body if isinstance(response.body, dict) else {}
+        status = str(body.get("status") or f"unreadable ({response.status})")
+        if status != "candidate" or time.monotonic() > deadline:
+            return status
+        time.sleep(POLL_SECONDS)
+
+
+def _check_procedure(world: World, spec: ItemSpec, tally: Tally) -> None:
+    rows = world.skill_candidates.get(spec.key, [])
+    proposed = [r for r in rows if r.get("status") == "proposed"]
+    if spec.metrics["way"] != "learnable":
+        _count(
+            tally,
+            "skill_refused",
+            "no candidate skill",
+            CORRECT
+            if not proposed
+            else miss(
+                F.R3,
+                f"a {spec.metrics['way']} procedure was proposed as skill version "
+                f"{proposed[0].get('version_id')}",
+            ),
+        )
+        return
+    wanted = {trace for trace, key in world.traces.items() if key == spec.key}
+    cited = {str(e.get("trace_id")) for r in proposed for e in r.get("evidence", [])}
+    if len(proposed) != 1 or not wanted <= cited:
+        shown = [(r.get("status"), r.get("traces")) for r in rows] or "nothing"
+        _count(
+            tally,
+            "skill_learned",
+            "one candidate skill",
+            miss(F.W1, f"{len(wanted)} verified runs gave {shown}; wanted one proposal citing all"),
+        )
+        _count(tally, "skill_replayed", "its examples", miss(F.W1, "no version to replay"))
+        return
+    _count(tally, "skill_learned", "one candidate skill", CORRECT)
+    status = _version_status(world.api, str(proposed[0].get("version_id")))
+    _count(
+        tally,
+        "skill_replayed",
+        "its examples in the sandbox",
+        CORRECT
+        if status == "experimental"
+        else miss(F.W1, f"the learned version is {status} after its examples ran"),
+    )
+
+
 CHECKS = {
     "stating": _check_stating,
     "distractor": _check_distractor,
     "duplicates": _check_duplicates,
     "poison": _check_poison,
+    "procedure": _check_procedure,
 }
 
 
@@ -365,4 +443,5 @@ PLANNED_WHEN_BROKEN = {
     "distractor": ("distractor_clean",),
     "duplicates": ("collapsed", "canonical_found", "distinct_kept"),
     "poison": ("poison_promoted", "poison_current"),
+    "procedure": ("skill_learned",),
 }
