@@ -22,7 +22,7 @@ from battery.registry import ItemFailure, ItemOutcome, suites_select
 from battery.scoring import score_run, suite_result
 from battery.suites import semantic
 from battery.suites.episodic import draw as episodic_draw
-from battery.suites.forgetting import consolidation_draw
+from battery.suites.forgetting import consolidation_draw, skill_draw
 from battery.suites.forgetting import draw as forgetting_draw
 from battery.suites.metamemory import draw as metamemory_draw
 from battery.suites.procedural import draw as procedural_draw
@@ -670,6 +670,10 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
     monkeypatch.setattr(forgetting_draw, "ITEMS_PER_MODE", 1)
     # One item of each F3-F5 kind, all in documented phrasings.
     monkeypatch.setattr(consolidation_draw, "COUNTS", dict.fromkeys(consolidation_draw.COUNTS, 1))
+    # F6: one procedure to learn, and two that must not teach (one held out: a gated
+    # metric needs a documented item, or its gate fails closed).
+    monkeypatch.setattr(skill_draw, "LEARNABLE", 1)
+    monkeypatch.setattr(skill_draw, "REFUSED_WAYS", ("unverified", "failed"))
     # The run's plumbing, not G's measure (test_suite_metamemory has that): a
     # stable and a stale value, and one current-fact question routed.
     monkeypatch.setattr(metamemory_draw, "COUNTS", {"g1": 2, "g2": 1})
@@ -689,7 +693,7 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
         "C": 26,
         "D": 6,
         "E": 14,
-        "F": 9,
+        "F": 12,
         "G": 3,
         "L": 5,
     }
