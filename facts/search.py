@@ -306,12 +306,11 @@ def pairs_touched(agent_id: uuid.UUID, first_seq: int, last_seq: int) -> set[Pai
     return pairs
 
 
-def events_committed(agent_id: uuid.UUID, first_seq: int, last_seq: int) -> None:
-    """Ledger hook: queue a re-render when the commit held fact events (one
-    indexed query for every other commit)."""
-    if Event.objects.filter(
-        agent_id=agent_id, seq__gte=first_seq, seq__lte=last_seq, event_type__in=TEXT_EVENTS
-    ).exists():
+def events_committed(
+    agent_id: uuid.UUID, first_seq: int, last_seq: int, event_types: frozenset[str]
+) -> None:
+    """Ledger hook: queue a re-render when the commit held fact events."""
+    if not event_types.isdisjoint(TEXT_EVENTS):
         from .tasks import index_fact_texts
 
         index_fact_texts.delay(str(agent_id), first_seq, last_seq)

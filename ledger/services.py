@@ -251,7 +251,8 @@ def events_append(*, agent: Agent, drafts: Sequence[EventDraft]) -> list[Event]:
         Event.objects.bulk_create(events)
         appends.note(e.pk for e in events)
         first_seq = events[0].seq
-        transaction.on_commit(lambda: hooks.notify(agent.pk, first_seq, last_seq))
+        types = frozenset(e.event_type for e in events)
+        transaction.on_commit(lambda: hooks.notify(agent.pk, first_seq, last_seq, types))
         ChainHead.objects.filter(agent_id=agent.pk).update(last_seq=last_seq, last_hash=last_hash)
     return events
 
