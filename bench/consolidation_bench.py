@@ -2,7 +2,7 @@
 keeps up with ingest at 1,000 episodes/s on one worker").
 
     .venv/bin/python bench/consolidation_bench.py [--episodes 100000] [--stating 0.2]
-        [--batch-sizes 200,1000] [--kinds facts,duplicates]
+        [--batch-sizes 200,1000] [--kinds facts,duplicates] [--traces 2000 --runs 5]
 
 Runs in a database of its own on the embedded server (PIPER_DB_NAME, default
 piper_bench_consolidation). For each batch size, a fresh agent gets `episodes`
@@ -14,6 +14,13 @@ another session; they are recorded through episodes_record in batches of
 — reads them all in this one process, one kind at a time: episodes read per
 second, candidates proposed and asserted, steps. Episodes have no vectors
 here (the facts kind reads none; the duplicates kind falls back to words).
+
+With `--kinds skills --traces N`, the agent also records N skill traces
+(skills.services.traces.trace_record, one call each): procedures of 2-3 tool
+calls, `--runs` (5) with different inputs to a procedure (every procedure has a
+signing key of its own), one in ten unverified; the skills kind then groups
+them by shape and proposes a candidate skill version per procedure (its
+intent embedded, its examples queued for a sandbox worker nobody runs here).
 """
 
 from __future__ import annotations
@@ -69,6 +76,46 @@ def drafts(n: int, stating: float, seed: int = 11) -> list:
     return out
 
 
+def record_traces(agent, n: int, runs: int = 5, seed: int = 13) -> float:
+    """n traces of n // runs procedures; returns traces recorded per second."""
+    import base64
+    import hashlib
+    import hmac
+
+    from skills.services.traces import TraceInput, trace_record
+
+    rng = random.Random(seed)
+    started = time.perf_counter()
+    for i in range(n):
+        key = f"key-{i // runs:05d}"
+        text = f"INV-{rng.randrange(10**6):06d} {rng.choice(ATTRIBUTES)} run {i}"
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        signed = hmac.new(key.encode(), digest.encode(), hashlib.sha256).hexdigest()
+        steps = [
+            {"tool": "sha256", "args": {"text": text}, "result": digest},
+            {"tool": "hmac_sha256", "args": {"key": key, "text": digest}, "result": signed},
+        ]
+        output = signed
+        if (i // runs) % 2:
+            output = base64.b64encode(signed.encode()).decode()
+            steps.append({"tool": "base64_encode", "args": {"text": signed}, "result": output})
+        verified = i % 10 != 9
+        trace_record(
+            agent=agent,
+            data=TraceInput(
+                task=f"Seal the {rng.choice(ATTRIBUTES)} record for the archive",
+                inputs={"record": text},
+                steps=steps,
+                output=output,
+                succeeded=True,
+                verified=verified,
+                verification={"by": "bench"} if verified else None,
+                session_id=f"t{i // 25}",
+            ),
+        )
+    return n / (time.perf_counter() - started)
+
+
 def ingest(agent, batch: list) -> float:
     from episodes.services import episodes_record
 
@@ -86,6 +133,9 @@ def measure(args, batch_size: int, world: list) -> dict:
     log(f"batch {batch_size}: recording {len(world)} episodes")
     ingest_rate = ingest(agent, world)
     result = {"batch_size": batch_size, "ingest_per_s": round(ingest_rate)}
+    if "skills" in args.kinds:
+        log(f"batch {batch_size}: recording {args.traces} traces")
+        result["traces_per_s"] = round(record_traces(agent, args.traces, args.runs))
     for kind in args.kinds:
         log(f"batch {batch_size}: consolidating ({kind})")
         started = time.perf_counter()
@@ -100,7 +150,12 @@ def measure(args, batch_size: int, world: list) -> dict:
             "steps": run.steps,
             "seconds": round(seconds, 1),
             "episodes_per_s": round(run.episodes_read / seconds),
-            "vs_ingest": round(run.episodes_read / seconds / ingest_rate, 2),
+            "vs_ingest": round(
+                run.episodes_read / seconds / result.get("traces_per_s", ingest_rate)
+                if kind == "skills"
+                else run.episodes_read / seconds / ingest_rate,
+                2,
+            ),
         }
         log(f"  {kind}: {result[kind]}")
     result["load"] = load_average()
@@ -113,6 +168,8 @@ def main() -> int:
     parser.add_argument("--stating", type=float, default=0.2)
     parser.add_argument("--batch-sizes", default="200,1000")
     parser.add_argument("--kinds", default="facts,duplicates")
+    parser.add_argument("--traces", type=int, default=2000, help="for the skills kind")
+    parser.add_argument("--runs", type=int, default=5, help="traces to a procedure")
     args = parser.parse_args()
     args.kinds = [k for k in args.kinds.split(",") if k]
     setup_django()
