@@ -47,7 +47,11 @@ each episode gains SESSION_WEIGHT × the best fused score in its session, and
 then its score is scaled within ±SALIENCE_WEIGHT/2 by its effective salience
 (episodes.salience: the writer's salience, decayed with time since it
 happened or was last used, lifted by uses): among equal matches the salient
-and used come first, while a decayed memory asked for precisely still wins. The query
+and used come first, while a decayed memory asked for precisely still wins. It
+is then scaled within ±AUTHORITY_WEIGHT/2 by the episode's authority (the
+default order of piper.provenance, operator highest, third party lowest): a
+third party's account ranks below the agent's own observation of the same
+thing, and is still found when nothing else matches. The query
 vector leaves out the names of the agent's actors (episodes.query_analysis)
 when episode_search embeds the query itself.
 
@@ -74,6 +78,7 @@ from django.utils import timezone
 from piper import generations
 from piper.db import server_bound_cursor, vector_param
 from piper.errors import InvalidInput
+from piper.provenance import AUTHORITY_ORDER, authority_rank
 from piper.tenancy.models import Agent
 
 from .agent_graphs import graph_name
@@ -115,6 +120,10 @@ SIGNAL_WEIGHTS: dict[str, float] = {
 # salience − 0.5): within ±10%, enough to order equal matches by salience and
 # use, not to put a vaguer match above a precise one. 0 turns it off.
 SALIENCE_WEIGHT = 0.2
+# Then by 1 + AUTHORITY_WEIGHT × (trust − 0.5), trust 0 (third party) … 1 (operator)
+# from the episode's authority: within ±5%, so among near-equal matches the more
+# trusted source comes first, and a precise match from a third party still wins.
+AUTHORITY_WEIGHT = 0.1
 # A text match contributes coverage ** TEXT_COVERAGE_POWER of the text weight.
 TEXT_COVERAGE_POWER = 2
 # Each list offers this many candidates per requested hit (at least MIN_CANDIDATES).
@@ -555,12 +564,13 @@ class _Key:
         "salience",
         "use_count",
         "last_used_at",
+        "authority",
         "tiebreak",
     )
 
     def __init__(self, columns: Sequence[str], row: Sequence) -> None:
         self.session_id = self.occurred_at = self.source_id = self.ordinal = None
-        self.salience = self.use_count = self.last_used_at = None
+        self.salience = self.use_count = self.last_used_at = self.authority = None
         for column, value in zip(columns, row, strict=True):
             setattr(self, "pk" if column == "id" else column, value)
         if self.occurred_at is not None:
@@ -601,7 +611,15 @@ def _episode_spec(agent: Agent, filters: SearchFilters) -> _Spec:
         used == {"actor"},
         _columns(
             Episode,
-            only=["id", "session_id", "occurred_at", "salience", "use_count", "last_used_at"],
+            only=[
+                "id",
+                "session_id",
+                "occurred_at",
+                "salience",
+                "use_count",
+                "last_used_at",
+                "authority",
+            ],
         ),
     )
 
@@ -971,6 +989,22 @@ def _salience_scale(cands: list[_Candidate], now: datetime) -> None:
         )
         c.signals["salience"] = round(value, 6)
         c.score *= 1.0 + SALIENCE_WEIGHT * (value - 0.5)
+
+
+def _trust(authority: str | None) -> float:
+    """0 for the least trusted level of the default order, 1 for the most."""
+    levels = len(AUTHORITY_ORDER)
+    rank = authority_rank(authority or "", AUTHORITY_ORDER)
+    return 0.0 if rank == 0 else (rank - 1) / (levels - 1)
+
+
+def _authority_scale(cands: list[_Candidate]) -> None:
+    """Scale each fused score by the episode's authority (`trust` in its signals;
+    see AUTHORITY_WEIGHT)."""
+    for c in cands:
+        trust = _trust(c.obj.authority)
+        c.signals["trust"] = round(trust, 6)
+        c.score *= 1.0 + AUTHORITY_WEIGHT * (trust - 0.5)
 
 
 def _evidence(c: _Candidate) -> float | None:
@@ -1381,6 +1415,8 @@ def _search(
         _session_boost(cands)
     if spec.kind == "episode" and SALIENCE_WEIGHT:
         _salience_scale(cands, now)
+    if spec.kind == "episode" and AUTHORITY_WEIGHT:
+        _authority_scale(cands)
     for c in cands:
         c.evidence = _evidence(c)
         c.signals["coverage"] = None if c.coverage is None else round(c.coverage, 6)

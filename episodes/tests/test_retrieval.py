@@ -165,7 +165,10 @@ def test_the_fused_score_is_reciprocal_rank_fusion_of_the_lists(agent_a, inciden
         w["text"] * top.signals["coverage"] ** retrieval.TEXT_COVERAGE_POWER / (k + 1)
         + w["vector"] / (k + 1)
         + w["recency"] / (k + top.signals["recency_position"])
-    ) * (1 + retrieval.SALIENCE_WEIGHT * (top.signals["salience"] - 0.5))
+    ) * (
+        (1 + retrieval.SALIENCE_WEIGHT * (top.signals["salience"] - 0.5))
+        * (1 + retrieval.AUTHORITY_WEIGHT * (top.signals["trust"] - 0.5))
+    )
     assert top.score == pytest.approx(expected, abs=1e-6)
 
 

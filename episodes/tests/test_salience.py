@@ -126,13 +126,14 @@ def test_a_decayed_memory_is_still_found_when_asked_for_precisely(agent_a):
     assert result.hits[0].signals["salience"] < 0.01
 
 
-def test_the_salience_scale_is_the_fused_score_times_its_factor(agent_a):
+def test_the_scales_are_the_fused_score_times_their_factors(agent_a):
     record(agent_a, summary="Renewed the certificate", occurred_at=T0 - timedelta(days=200))
     top = search(agent_a, "certificate").hits[0]
     w, k = retrieval.SIGNAL_WEIGHTS, retrieval.RRF_K
     fused = w["text"] * top.signals["coverage"] ** retrieval.TEXT_COVERAGE_POWER / (k + 1)
     fused += w["recency"] / (k + 1)
     factor = 1 + retrieval.SALIENCE_WEIGHT * (top.signals["salience"] - 0.5)
+    factor *= 1 + retrieval.AUTHORITY_WEIGHT * (top.signals["trust"] - 0.5)
     assert top.score == pytest.approx(fused * factor, abs=1e-6)
 
 
@@ -173,3 +174,43 @@ def test_a_rebuild_replays_the_use_marks_from_feedback_events(agent_a):
     assert rows[used.pk].use_count == 2
     assert rows[used.pk].last_used_at is not None
     assert (rows[failed.pk].use_count, rows[failed.pk].last_used_at) == (0, None)
+
+
+# ------------------------------------------------------------------- authority
+
+
+def test_the_agents_own_observation_comes_before_a_third_partys_equal_account(agent_a):
+    heard = record(agent_a, summary="Rotated the signing keys", source_type="third_party")
+    seen = record(
+        agent_a,
+        summary="Rotated the signing keys",
+        source_type="observation",
+        occurred_at=T0 - timedelta(minutes=5),  # older: recency alone would put it second
+    )
+    hits = search(agent_a, "signing keys rotated").hits
+    assert [h.obj.pk for h in hits] == [seen.pk, heard.pk]
+    assert hits[0].signals["trust"] > hits[1].signals["trust"] == 0.0
+
+
+def test_a_third_partys_precise_match_is_still_found_first(agent_a):
+    told = record(
+        agent_a,
+        summary="The Oberhausen depot switched its courier to Lindqvist Haulage",
+        source_type="third_party",
+    )
+    for i in range(20):
+        record(
+            agent_a,
+            summary=f"Checked courier manifest {i} at the main depot",
+            source_type="operator",
+            occurred_at=T0 - timedelta(hours=i),
+        )
+    hits = search(agent_a, "Oberhausen depot courier Lindqvist").hits
+    assert hits[0].obj.pk == told.pk
+
+
+def test_trust_runs_from_third_party_to_operator():
+    assert retrieval._trust("third_party") == 0.0
+    assert retrieval._trust("operator") == 1.0
+    assert 0.0 < retrieval._trust("agent_inference") < retrieval._trust("user_statement") < 1.0
+    assert retrieval._trust("nonsense") == 0.0

@@ -161,6 +161,7 @@ def test_abstention_compares_the_episodes_own_evidence(agent_a):
 
 def test_an_episode_gains_a_share_of_its_sessions_best_score(agent_a, monkeypatch):
     monkeypatch.setattr(retrieval, "SALIENCE_WEIGHT", 0.0)  # the boost alone
+    monkeypatch.setattr(retrieval, "AUTHORITY_WEIGHT", 0.0)
     monkeypatch.setattr(
         retrieval, "CONTEXT_WEIGHTS", {"text_rank": 0.0, "similarity": 0.0, "coverage": 0.0}
     )
