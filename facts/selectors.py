@@ -8,6 +8,7 @@ similarity never picks truth here: lookups are by entity and predicate.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -154,6 +155,23 @@ def facts_as_of(
     """True at valid_time, as currently believed."""
     qs = _about(agent, subject, predicate).filter(BELIEVED & _valid_at(valid_time))
     return _with_status(qs).order_by("predicate__name", "valid_from", "id")
+
+
+def facts_believed_at(
+    *,
+    agent: Agent,
+    pairs: Iterable[tuple[uuid.UUID, uuid.UUID]] = (),
+    subjects: Iterable[uuid.UUID] = (),
+    valid_time: datetime,
+) -> QuerySet[Fact]:
+    """True at valid_time, as currently believed, for each (subject id, predicate
+    id) pair and for every predicate of each subject in `subjects`: one query,
+    by subject and predicate name."""
+    wanted = Q(subject_id__in=list(subjects))
+    for subject_id, predicate_id in pairs:
+        wanted |= Q(subject_id=subject_id, predicate_id=predicate_id)
+    qs = Fact.objects.filter(wanted, BELIEVED & _valid_at(valid_time), agent=agent)
+    return _with_status(qs).order_by("subject__name", "predicate__name", "valid_from", "id")
 
 
 def facts_current(*, agent: Agent, subject: Entity, predicate: Predicate | None) -> QuerySet[Fact]:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 
 from django.db import connection
 from django.db.models import Prefetch, QuerySet, prefetch_related_objects
+from django.utils.dateparse import parse_datetime
 
 from piper.api.rendering import RawJSON
 from piper.errors import NotFound
@@ -73,6 +75,25 @@ def working_state_get(*, thread: Thread, version: int | None = None) -> WorkingS
             details={"version": [f"between 0 and {thread.current_version}"]},
         )
     return state
+
+
+# The checkpoint's fields that name things outside memory, each with when it was
+# last checked and how long that check stays good.
+EXTERNAL = ("artifacts", "tool_handles")
+
+
+def dependencies_to_recheck(state: dict, now: datetime) -> list[dict]:
+    """Artifacts and tool handles whose last check is older than their declared freshness."""
+    stale = []
+    for kind in EXTERNAL:
+        for item in state.get(kind) or []:
+            checked, fresh = item.get("checked_at"), item.get("freshness_seconds")
+            if checked is None or fresh is None:
+                continue
+            age = now - parse_datetime(checked)
+            if age > timedelta(seconds=fresh):
+                stale.append({"kind": kind[:-1], **item, "age_seconds": int(age.total_seconds())})
+    return stale
 
 
 def working_state_versions(*, thread: Thread) -> QuerySet[WorkingState]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -32,7 +32,7 @@ from ..models import (
     Thread,
     WorkingState,
 )
-from ..selectors import open_intentions_rendered
+from ..selectors import EXTERNAL, dependencies_to_recheck, open_intentions_rendered
 
 TEXT = "text"
 TEXT_LIST = "list of text"
@@ -57,7 +57,6 @@ STATE_FIELDS: dict[str, str] = {
     "next_action": ANY,
     "source_session": TEXT,
 }
-EXTERNAL = ("artifacts", "tool_handles")
 
 
 def _state_errors(state: Any) -> dict[str, list[str]]:
@@ -341,7 +340,7 @@ def thread_resume(*, agent: Agent, thread: Thread, session_id: str) -> ResumePac
         handover=handover,
         checkpoint=checkpoint,
         intentions=open_intentions_rendered(thread=locked, now=now),
-        recheck=_to_recheck(state, now),
+        recheck=dependencies_to_recheck(state, now),
         failed_branches=list(state.get("failed_branches") or []),
         pending=list(
             PendingItem.objects.filter(thread=locked, cleared_at__isnull=True).select_related(
@@ -350,20 +349,6 @@ def thread_resume(*, agent: Agent, thread: Thread, session_id: str) -> ResumePac
         ),
         now=now,
     )
-
-
-def _to_recheck(state: dict, now: datetime) -> list[dict]:
-    """Artifacts and tool handles whose last check is older than their declared freshness."""
-    stale = []
-    for kind in EXTERNAL:
-        for item in state.get(kind) or []:
-            checked, fresh = item.get("checked_at"), item.get("freshness_seconds")
-            if checked is None or fresh is None:
-                continue
-            age = now - parse_datetime(checked)
-            if age > timedelta(seconds=fresh):
-                stale.append({"kind": kind[:-1], **item, "age_seconds": int(age.total_seconds())})
-    return stale
 
 
 def thread_acknowledge(*, agent: Agent, thread: Thread, session_id: str) -> Handover:

@@ -80,3 +80,19 @@ class JSONRenderer(renderers.JSONRenderer):
             lambda match: texts[int(match.group(1))],
             rendered,
         )
+
+
+class PlainTextRenderer(renderers.BaseRenderer):
+    """The response's `text` field alone, as text/plain (`?format=text` or
+    `Accept: text/plain`): a block ready to paste into a prompt. An error is
+    still its JSON body, so a client reading text can show the message."""
+
+    media_type = "text/plain"
+    format = "text"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
+        response = (renderer_context or {}).get("response")
+        if response is not None and response.status_code < 400 and isinstance(data, dict):
+            return str(data.get("text", "")).encode()
+        return json.dumps(data, cls=_Encoder, ensure_ascii=False).encode()

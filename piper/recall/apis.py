@@ -15,10 +15,13 @@ from rest_framework.views import APIView
 
 from piper.api.idempotency import idempotent_write
 from piper.api.inputs import IDEMPOTENCY_KEY, body_data
+from piper.api.rendering import JSONRenderer, PlainTextRenderer
 from piper.tenancy.models import Scope
 
 from . import selectors, services
 from .serializers import (
+    ContextInputSerializer,
+    ContextOutputSerializer,
     FeedbackInputSerializer,
     FeedbackOutputSerializer,
     RecallInputSerializer,
@@ -101,5 +104,54 @@ class RecallFeedbackApi(APIView):
                 note=data["note"],
             )
             return Response(FeedbackOutputSerializer(feedback).data, status=status.HTTP_201_CREATED)
+
+        return idempotent_write(request, write)
+
+
+class ContextApi(APIView):
+    required_scope = Scope.READ  # assembling is a read; the trace is telemetry
+    renderer_classes = [JSONRenderer, PlainTextRenderer]
+
+    @extend_schema(
+        request=ContextInputSerializer,
+        responses={201: ContextOutputSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        operation_id="v1_context",
+        summary="What the next model call should see: one block, packed to a budget",
+        description="Given a thread, a session and the task at hand, returns one sectioned "
+        "block: intentions due now or within due_within_seconds (always first, never cut); "
+        "the thread's working state, next action first; the current facts the task names "
+        "or is close to, each with its memory_status (superseded values never shown, "
+        "contested ones marked); the task's most relevant episodes and the session's "
+        "latest ones, grouped by session; the skill to use with its contraindications, and "
+        "skills refused here; what to re-check (stale external dependencies, facts past "
+        "their predicate's volatility). Packed by priority (intentions, working state, "
+        "recheck, skill, facts, episodes) until the budget — cl100k_base tokens or "
+        "characters — is full; what did not fit is listed in omitted. The same memory "
+        "state and clock give the same block. Writes a trace (201; its id is the "
+        "response's id) for GET /recall/{id} and feedback. ?format=text (or Accept: "
+        "text/plain) returns the plain text alone. 400 for no task, thread or session, a "
+        "budget with no or two units or out of range, an unknown section or field; 404 "
+        "for a thread that is not this agent's.",
+    )
+    def post(self, request):
+        def write():
+            data = body_data(ContextInputSerializer, request)
+            block = services.context_assemble(
+                agent=request.user,
+                request=services.ContextRequest(
+                    task=data.get("task", ""),
+                    thread_id=data.get("thread_id"),
+                    session_id=data.get("session_id", ""),
+                    budget=data.get("budget") or dict(services.context.DEFAULT_BUDGET),
+                    sections=data.get("sections") or services.context.SECTIONS,
+                    due_within_seconds=data.get("due_within_seconds"),
+                    limits=data.get("limits") or {},
+                    context=data["context"],
+                ),
+                scopes=list(request.auth.scopes),
+                clearance=request.auth.clearance,
+            )
+            return Response(ContextOutputSerializer(block).data, status=status.HTTP_201_CREATED)
 
         return idempotent_write(request, write)

@@ -35,6 +35,12 @@ class Route(models.TextChoices):
     MULTI_HOP = "multi_hop", "How things are related (fact graph)"
 
 
+# A trace's route: one recall route, or the context assembly (POST /context),
+# which asks several memories at once. Not a Route: nothing classifies to it.
+CONTEXT_ROUTE = "context"
+TRACE_ROUTES = [*Route.choices, (CONTEXT_ROUTE, "Context assembly (several memories)")]
+
+
 class Outcome(models.TextChoices):
     SUCCESS = "success", "Success"
     FAILURE = "failure", "Failure"
@@ -58,7 +64,7 @@ class RetrievalTrace(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
     query = models.TextField(help_text="The question as the agent asked it.")
-    route = models.CharField(max_length=20, choices=Route.choices, help_text="The route taken.")
+    route = models.CharField(max_length=20, choices=TRACE_ROUTES, help_text="The route taken.")
     explicit = models.BooleanField(
         help_text="The agent named the route; otherwise the classifier chose it."
     )
@@ -89,7 +95,7 @@ class RetrievalTrace(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["agent", "id"], name="recall_trace_agent_id_uniq"),
             models.CheckConstraint(
-                condition=Q(route__in=Route.values), name="recall_trace_route_known"
+                condition=Q(route__in=[r for r, _ in TRACE_ROUTES]), name="recall_trace_route_known"
             ),
             models.CheckConstraint(
                 condition=Q(latency_ms__gte=0), name="recall_trace_latency_not_negative"

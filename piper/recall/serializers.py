@@ -20,8 +20,9 @@ from piper.api.serializers import (
 from skills.serializers import MatchedVersionSerializer
 
 from . import router
-from .models import FailureCode, Outcome, RecallFeedback, RetrievalTrace, Route
-from .services import MAX_LIMIT, MAX_NOTE_CHARS, Evidence, RecallResult
+from .models import TRACE_ROUTES, FailureCode, Outcome, RecallFeedback, RetrievalTrace, Route
+from .services import MAX_LIMIT, MAX_NOTE_CHARS, ContextBlock, Evidence, RecallResult
+from .services import context as context_service
 
 KINDS = ("fact", "episode", "chunk", "skill", "intention", "path")
 CURRENTNESS = ("current", "superseded", "contested", "n/a")
@@ -98,7 +99,9 @@ class FeedbackInputSerializer(StrictSerializer):
 
 
 class DecisionSerializer(serializers.Serializer):
-    chosen = serializers.ChoiceField(choices=Route.choices)
+    chosen = serializers.ChoiceField(
+        choices=TRACE_ROUTES, help_text="A recall route, or context for a context call's trace."
+    )
     explicit = serializers.BooleanField(help_text="The agent named the route.")
     method = serializers.ChoiceField(choices=["explicit", "rules", "prototypes"])
     rule = serializers.CharField(
@@ -314,4 +317,182 @@ class TraceOutputSerializer(serializers.Serializer):
             "feedback": None
             if feedback is None
             else FeedbackOutputSerializer().to_representation(feedback),
+        }
+
+
+# --------------------------------------------------------------------- context
+
+
+class ContextBudgetSerializer(StrictSerializer):
+    tokens = StrictIntegerField(
+        required=False,
+        min_value=context_service.BUDGET_RANGE["tokens"][0],
+        max_value=context_service.BUDGET_RANGE["tokens"][1],
+        help_text="cl100k_base tokens (the default unit: 2,000).",
+    )
+    characters = StrictIntegerField(
+        required=False,
+        min_value=context_service.BUDGET_RANGE["characters"][0],
+        max_value=context_service.BUDGET_RANGE["characters"][1],
+    )
+
+    def validate(self, data: dict) -> dict:
+        if len(data) != 1:
+            raise serializers.ValidationError('exactly one of {"tokens": N} or {"characters": N}')
+        return data
+
+
+class ContextLimitsSerializer(StrictSerializer):
+    facts = StrictIntegerField(required=False, min_value=0, max_value=50, help_text="Default 20.")
+    episodes = StrictIntegerField(
+        required=False, min_value=0, max_value=50, help_text="Search hits; default 10."
+    )
+    recent = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=20,
+        help_text="The session's latest episodes (with session_id); default 5.",
+    )
+    skills = StrictIntegerField(required=False, min_value=0, max_value=5, help_text="Default 1.")
+
+
+class ContextInputSerializer(StrictSerializer):
+    task = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=context_service.MAX_TASK_CHARS,
+        help_text="The task or message at hand (up to 8,000 characters; the searches read "
+        "its first 2,000). Without one, only the thread's state, due intentions, the "
+        "session's latest episodes and what to re-check are assembled.",
+    )
+    thread_id = serializers.UUIDField(required=False, help_text="The working-state thread.")
+    session_id = StrictCharField(
+        required=False, allow_blank=True, max_length=200, help_text="The current session."
+    )
+    budget = ContextBudgetSerializer(required=False)
+    sections = serializers.ListField(
+        child=serializers.ChoiceField(
+            choices=context_service.SECTIONS,
+            error_messages={
+                "invalid_choice": f'"{{input}}" is not a section; allowed: '
+                f"{', '.join(context_service.SECTIONS)}"
+            },
+        ),
+        required=False,
+        allow_empty=False,
+        help_text="Which sections to assemble (default all).",
+    )
+    due_within_seconds = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=int(context_service.MAX_HORIZON.total_seconds()),
+        help_text="Active intentions due within this horizon are included (default 3,600).",
+    )
+    limits = ContextLimitsSerializer(required=False)
+    context = serializers.JSONField(
+        required=False,
+        default=dict,
+        help_text="The agent's situation, a JSON object: skills check preconditions and "
+        "contraindications against it.",
+    )
+
+    def validate_context(self, value: Any) -> dict:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("must be a JSON object")
+        return value
+
+    def validate(self, data: dict) -> dict:
+        given = (data.get("task") or "").strip() or data.get("thread_id") or data.get("session_id")
+        if not given:
+            raise serializers.ValidationError(
+                {"task": ["give a task, a thread_id or a session_id: there is nothing to fit to"]}
+            )
+        return data
+
+
+class ContextItemSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(
+        choices=["intention", "state", "fact", "episode", "skill", "recheck"]
+    )
+    id = serializers.CharField(help_text="The memory's id (state: thread:field; recheck: what).")
+    text = serializers.CharField(help_text="The line as the plain text shows it.")
+    score = serializers.FloatField(help_text="Its rank within the section.")
+    cost = serializers.IntegerField(help_text="Its line's cost in the budget's unit.")
+    memory_status = serializers.DictField(
+        help_text="source, age_seconds, authority, currentness, confidence, and what the "
+        "kind adds (a fact's contests and needs_recheck, an intention's due_at, …)."
+    )
+    field = serializers.CharField(required=False, help_text="state: the checkpoint field.")
+    session_id = serializers.CharField(required=False, help_text="episode: its session.")
+    occurred_at = serializers.DateTimeField(required=False, help_text="episode.")
+    skill = serializers.CharField(required=False, help_text="skill: its name.")
+    version = serializers.IntegerField(required=False, help_text="skill: its version number.")
+    applicable = serializers.BooleanField(
+        required=False, help_text="skill: false for one refused here, with the reason in text."
+    )
+    refers_to = serializers.DictField(required=False, help_text="recheck: what to re-check.")
+
+
+class ContextSectionSerializer(serializers.Serializer):
+    name = serializers.ChoiceField(choices=context_service.SECTIONS)
+    title = serializers.CharField()
+    items = ContextItemSerializer(many=True)
+
+
+class ContextOmittedSerializer(serializers.Serializer):
+    section = serializers.ChoiceField(choices=context_service.SECTIONS)
+    kind = serializers.CharField()
+    id = serializers.CharField()
+    cost = serializers.IntegerField()
+
+
+class ContextBudgetOutputSerializer(serializers.Serializer):
+    unit = serializers.ChoiceField(choices=["tokens", "characters"])
+    limit = serializers.IntegerField()
+    used = serializers.IntegerField(help_text="The cost of `text`, measured whole.")
+    tokenizer = serializers.CharField(help_text="cl100k_base.")
+
+
+class ContextOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField(help_text="The trace's id: GET /recall/{id}, or send feedback.")
+    thread = serializers.DictField(allow_null=True, help_text="{id, key, version}.")
+    session_id = serializers.CharField(allow_null=True)
+    now = serializers.DateTimeField(help_text="The agent's clock the block was assembled at.")
+    budget = ContextBudgetOutputSerializer()
+    over_budget = serializers.BooleanField(
+        help_text="true only when the due intentions alone exceed the budget (never cut)."
+    )
+    sections = ContextSectionSerializer(
+        many=True, help_text="In the block's order; only sections with items."
+    )
+    omitted = ContextOmittedSerializer(many=True, help_text="What did not fit, by id.")
+    withheld = serializers.IntegerField(help_text="Items above the key's clearance, not shown.")
+    text = serializers.CharField(help_text="The block as plain text, ready for a prompt.")
+    latency_ms = serializers.FloatField()
+
+    def to_representation(self, block: ContextBlock) -> dict:
+        thread = block.thread
+        return {
+            "id": str(block.trace.pk),
+            "thread": None
+            if thread is None
+            else {"id": str(thread.pk), "key": thread.key, "version": block.state_version},
+            "session_id": block.trace.filters.get("session_id"),
+            "now": api_datetime(block.now),
+            "budget": block.budget.as_dict()
+            | {"used": block.used, "tokenizer": context_service.TOKENIZER},
+            "over_budget": block.over_budget,
+            "sections": [
+                {
+                    "name": name,
+                    "title": context_service.TITLES[name],
+                    "items": [item.as_dict() for item in items],
+                }
+                for name, items in block.sections.items()
+                if items
+            ],
+            "omitted": [item.brief() for item in block.omitted],
+            "withheld": block.withheld,
+            "text": block.text,
+            "latency_ms": block.latency_ms,
         }

@@ -3,6 +3,7 @@ from django.urls import path
 from . import apis
 
 urlpatterns = [
+    path("context", apis.ContextApi.as_view(), name="context"),
     path("recall", apis.RecallApi.as_view(), name="recall"),
     path("recall/<uuid:trace_id>", apis.RecallDetailApi.as_view(), name="recall-detail"),
     path(

@@ -161,6 +161,7 @@ SPECTACULAR_SETTINGS = {
         "RetentionClassEnum": "piper.provenance.RetentionClass",
         "ConsolidationRunKindEnum": "consolidation.models.RunKind",
         "ConsolidationRunStatusEnum": "consolidation.models.RunStatus",
+        "ContextSectionEnum": "piper.recall.services.context.SECTIONS",
     },
 }
 

@@ -13,6 +13,7 @@ adds. A superseded fact is never presented as current.
 `recall.feedback` ledger event in the same transaction.
 """
 
+from .context import ContextBlock, ContextRequest, context_assemble, render_text
 from .dispatch import group_by_session, recall
 from .feedback import MAX_NOTE_CHARS, recall_feedback
 from .inputs import MAX_LIMIT, RecallFilters
@@ -22,10 +23,14 @@ __all__ = [
     "MAX_LIMIT",
     "MAX_NOTE_CHARS",
     "Answer",
+    "ContextBlock",
+    "ContextRequest",
     "Evidence",
     "RecallFilters",
     "RecallResult",
+    "context_assemble",
     "group_by_session",
     "recall",
     "recall_feedback",
+    "render_text",
 ]

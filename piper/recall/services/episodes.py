@@ -33,15 +33,18 @@ def _search_answer(result, evidence_of: Callable[[Any], Evidence], **details) ->
 
 
 def _episode_evidence(hit, now: datetime) -> Evidence:
-    episode = hit.obj
+    return episode_evidence(hit.obj, score=float(hit.score), signals=dict(hit.signals), now=now)
+
+
+def episode_evidence(episode, *, score: float, signals: dict, now: datetime) -> Evidence:
     text = episode.summary or " ".join(p for p in (episode.action, episode.observation) if p)
     return Evidence(
         kind="episode",
         id=str(episode.pk),
         text=text,
-        score=round(float(hit.score), 6),
+        score=round(score, 6),
         obj=episode,
-        signals=dict(hit.signals),
+        signals=signals,
         session_id=episode.session_id,
         occurred_at=episode.occurred_at,
         memory_status={

@@ -19,23 +19,21 @@ NEAR_MISS_PAIRS = 3  # pairs shown as near misses when no fact answers
 CANDIDATE_PAIRS = 20  # pairs the fact texts propose before the question's words judge them
 
 
-def _fact_text(fact) -> str:
+def fact_text(fact) -> str:
     from facts.search import render, render_value
 
     value = fact.object_entity.name if fact.object_entity_id else render_value(fact.object_value)
     return render(predicate=fact.predicate.name, subject=fact.subject.name, values=[value])
 
 
-def _fact_evidence(
-    fact, *, score: float, currentness: str, now: datetime, signals=None
-) -> Evidence:
+def fact_evidence(fact, *, score: float, currentness: str, now: datetime, signals=None) -> Evidence:
     event = fact.source_event
     volatility = fact.predicate.volatility_seconds
     age = age_seconds(now, fact.last_confirmed_at)
     return Evidence(
         kind="fact",
         id=str(fact.pk),
-        text=_fact_text(fact),
+        text=fact_text(fact),
         score=score,
         obj=fact,
         signals=signals or {},
@@ -148,7 +146,7 @@ def route_current_fact(ask: Ask) -> Answer:
     def evidence_of(candidate, verdict, believed) -> list[Evidence]:
         signals = {**candidate.signals, "about": verdict.as_dict()}
         return [
-            _fact_evidence(
+            fact_evidence(
                 fact,
                 score=candidate.score,
                 currentness=CONTESTED if fact.open_contests else CURRENT,
@@ -168,7 +166,7 @@ def route_current_fact(ask: Ask) -> Answer:
         )
         if fact is None:
             return None
-        return _fact_evidence(
+        return fact_evidence(
             fact,
             score=round(candidate.score / 2, 6),
             currentness=SUPERSEDED,

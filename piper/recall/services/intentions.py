@@ -27,6 +27,35 @@ def _words(text: str) -> set[str]:
     }
 
 
+def intention_evidence(intention, *, score: float, now, signals: dict) -> Evidence:
+    """An open intention as evidence (its source_event selected, payload deferred)."""
+    event = intention.source_event
+    return Evidence(
+        kind="intention",
+        id=str(intention.pk),
+        text=intention.description,
+        score=score,
+        obj=intention,
+        signals=signals,
+        memory_status={
+            "source": {
+                "type": event.source_type,
+                "ref": event.source_ref,
+                "event_id": str(event.pk),
+                "session_id": intention.source_session,
+            },
+            "age_seconds": age_seconds(now, intention.created_at),
+            "authority": event.authority,
+            "currentness": CURRENT,  # open: cancelled and completed ones never come back
+            "confidence": float(event.confidence),
+            "status": intention.status,
+            "due_at": api_datetime(intention.due_at),
+            "trigger_type": intention.trigger_type,
+            "priority": intention.priority,
+        },
+    )
+
+
 def route_what_to_do(ask: Ask) -> Answer:
     """Open commitments — due first — with what the question names lifted."""
     from intentions.selectors import intention_list
@@ -47,33 +76,13 @@ def route_what_to_do(ask: Ask) -> Answer:
         score = round(0.6 * relevance + 0.4 * urgency, 4)
         scored.append((score, intention.priority, intention, relevance, urgency))
     scored.sort(key=lambda s: (-s[0], -s[1], s[2].due_at or ask.now, str(s[2].pk)))
-    evidence = []
-    for score, _, intention, relevance, urgency in scored[: ask.limit]:
-        event = intention.source_event
-        evidence.append(
-            Evidence(
-                kind="intention",
-                id=str(intention.pk),
-                text=intention.description,
-                score=score,
-                obj=intention,
-                signals={"relevance": round(relevance, 4), "urgency": round(urgency, 4)},
-                memory_status={
-                    "source": {
-                        "type": event.source_type,
-                        "ref": event.source_ref,
-                        "event_id": str(event.pk),
-                        "session_id": intention.source_session,
-                    },
-                    "age_seconds": age_seconds(ask.now, intention.created_at),
-                    "authority": event.authority,
-                    "currentness": CURRENT,  # open: cancelled and completed ones never come back
-                    "confidence": float(event.confidence),
-                    "status": intention.status,
-                    "due_at": api_datetime(intention.due_at),
-                    "trigger_type": intention.trigger_type,
-                    "priority": intention.priority,
-                },
-            )
+    evidence = [
+        intention_evidence(
+            intention,
+            score=score,
+            now=ask.now,
+            signals={"relevance": round(relevance, 4), "urgency": round(urgency, 4)},
         )
+        for score, _, intention, relevance, urgency in scored[: ask.limit]
+    ]
     return Answer(evidence=evidence, candidates=[e.trace_entry() for e in evidence])
