@@ -8,6 +8,7 @@ its executions and validations (`with_stats`), never stored.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -374,6 +375,7 @@ def skill_match(
     scopes: Any = None,
     limit: int = 5,
     near_miss_limit: int = 5,
+    task_embedding: Sequence[float] | None = None,
 ) -> MatchResult:
     """The agent's validated skill versions that apply to `task` in `context`.
 
@@ -391,7 +393,11 @@ def skill_match(
     """
     examined = [
         _examine(v, 1.0 - float(v.distance), task, context, scopes)
-        for v in _nearest(agent, _task_embedding(task), near_miss_limit)
+        for v in _nearest(
+            agent,
+            _task_embedding(task) if task_embedding is None else tuple(task_embedding),
+            near_miss_limit,
+        )
     ]
     applicable = sorted(
         (c for c in examined if not c.reasons),

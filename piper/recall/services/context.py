@@ -457,7 +457,12 @@ def _skill_items(ask: Ask, limit: int) -> tuple[list[Item], list[Evidence]]:
     from .skills import _skill_evidence
 
     result = skills.skill_match(
-        agent=ask.agent, task=ask.query, context=ask.context, scopes=ask.scopes, limit=limit
+        agent=ask.agent,
+        task=ask.query,
+        context=ask.context,
+        scopes=ask.scopes,
+        limit=limit,
+        task_embedding=ask.vector.get(),
     )
     items, evidence = [], []
     for candidate in result.applicable:

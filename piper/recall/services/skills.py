@@ -58,6 +58,7 @@ def route_how_to(ask: Ask) -> Answer:
         context=ask.context,
         scopes=ask.scopes,
         limit=ask.limit,
+        task_embedding=ask.vector.get(),  # the question's, computed once per recall
     )
     evidence = []
     for candidate in result.applicable:
