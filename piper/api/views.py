@@ -60,6 +60,7 @@ class ApiKeyOutputSerializer(serializers.ModelSerializer):
             "scopes",
             "rate_per_minute",
             "clearance",
+            "tools",
             "created_at",
             "last_used_at",
             "revoked_at",
@@ -82,6 +83,12 @@ class ApiKeyListApi(APIView):
             required=False,
             default=PrivacyClass.PERSONAL,
             help_text="The most private memories the key may read.",
+        )
+        tools = serializers.ListField(
+            child=serializers.CharField(max_length=50),
+            required=False,
+            default=list,
+            help_text="The MCP tools the key may call; empty: every tool its scopes allow.",
         )
 
     class CreatedSerializer(ApiKeyOutputSerializer):

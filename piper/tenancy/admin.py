@@ -86,7 +86,7 @@ class ApiKeyCreationForm(forms.ModelForm):
 
     class Meta:
         model = ApiKey
-        fields = ["agent", "name", "scopes", "rate_per_minute", "clearance"]
+        fields = ["agent", "name", "scopes", "rate_per_minute", "clearance", "tools"]
 
 
 @admin.register(ApiKey)
@@ -101,6 +101,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         "prefix",
         "scopes",
         "clearance",
+        "tools",
         "created_at",
         "last_used_at",
         "revoked_at",
@@ -113,6 +114,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         "scopes",
         "rate_per_minute",
         "clearance",
+        "tools",
         "created_at",
         "last_used_at",
         "revoked_at",
@@ -140,6 +142,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
             scopes=form.cleaned_data["scopes"],
             rate_per_minute=form.cleaned_data.get("rate_per_minute"),
             clearance=form.cleaned_data.get("clearance") or "personal",
+            tools=form.cleaned_data.get("tools") or [],
         )
         obj.pk = api_key.pk
         messages.warning(request, f"New API key (shown once, store it now): {raw}")

@@ -84,6 +84,13 @@ class ApiKey(models.Model):
         validators=[MinValueValidator(1)],
         help_text="Requests per minute for this key; empty means the service default.",
     )
+    tools = ArrayField(
+        models.CharField(max_length=50),
+        default=list,
+        blank=True,
+        help_text="The MCP tools this key may call (piper.mcp_server); empty: every tool "
+        "its scopes allow.",
+    )
     created_at = models.DateTimeField(db_default=Now(), editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)

@@ -78,14 +78,17 @@ def api_key_create(
     scopes: Iterable[str] = (Scope.READ, Scope.WRITE),
     rate_per_minute: int | None = None,
     clearance: str = PrivacyClass.PERSONAL,
+    tools: Iterable[str] = (),
 ) -> tuple[ApiKey, str]:
     """Create a key and return it with the raw secret, which is never stored or shown again.
 
-    Raises InvalidInput for empty or unknown scopes, a rate that is not a positive
-    integer, or an unknown clearance.
+    `tools`: the MCP tools the key may call (empty: all its scopes allow). Raises
+    InvalidInput for empty or unknown scopes, a rate that is not a positive
+    integer, an unknown clearance, or a tool name that is not a lowercase name.
     """
     scopes = _normalise_scopes(scopes)
     _check_rate(rate_per_minute)
+    tools = _check_tools(tools)
     if clearance not in PrivacyClass.values:
         raise InvalidInput(
             f"clearance must be one of {PrivacyClass.values}",
@@ -100,8 +103,26 @@ def api_key_create(
         scopes=scopes,
         rate_per_minute=rate_per_minute,
         clearance=clearance,
+        tools=tools,
     )
     return api_key, raw_key
+
+
+_TOOL_NAME = re.compile(r"[a-z][a-z0-9_]{0,49}")
+
+
+def _check_tools(tools: Iterable[str]) -> list[str]:
+    """Sorted and unique. The names are the MCP server's; this layer sits below it and
+    checks only their form (an unknown name allows nothing)."""
+    if isinstance(tools, str):
+        tools = [tools]
+    bad = [t for t in tools if not isinstance(t, str) or not _TOOL_NAME.fullmatch(t)]
+    if bad:
+        raise InvalidInput(
+            f"tools: {bad[0]!r} is not a tool name (lowercase letters, digits, underscores)",
+            details={"tools": ["lowercase tool names such as recall or assert_fact"]},
+        )
+    return sorted(set(tools))
 
 
 def _check_rate(rate_per_minute: int | None) -> None:

@@ -21,6 +21,7 @@ KEY_FIELDS = [
     "scopes",
     "rate_per_minute",
     "clearance",
+    "tools",
     "created_at",
     "last_used_at",
     "revoked_at",
@@ -40,6 +41,7 @@ def key_body(api_key: ApiKey) -> dict:
         "scopes": api_key.scopes,
         "rate_per_minute": api_key.rate_per_minute,
         "clearance": api_key.clearance,
+        "tools": api_key.tools,
         "created_at": iso(api_key.created_at),
         "last_used_at": iso(api_key.last_used_at),
         "revoked_at": iso(api_key.revoked_at),
@@ -118,7 +120,7 @@ class TestKeys:
             (
                 {"name": "x", "agent": "other"},
                 "agent",
-                "unknown field; allowed: clearance, name, rate_per_minute, scopes",
+                "unknown field; allowed: clearance, name, rate_per_minute, scopes, tools",
             ),
         ],
     )
@@ -139,6 +141,24 @@ class TestKeys:
             "invalid",
             'scopes[1]: "root" is not a valid choice.',
             {"scopes": {"1": ['"root" is not a valid choice.']}},
+        )
+        assert ApiKey.objects.count() == before
+
+    def test_create_with_a_tool_allowlist(self, admin_client_a):
+        response = admin_client_a.post(
+            "/api/v1/keys",
+            {"name": "desktop", "tools": ["recall", "context", "recall"]},
+            format="json",
+        )
+        assert response.status_code == 201, response.content
+        assert response.json()["tools"] == ["context", "recall"]
+        before = ApiKey.objects.count()
+        response = admin_client_a.post(
+            "/api/v1/keys", {"name": "bad", "tools": ["Recall!"]}, format="json"
+        )
+        assert response.status_code == 400
+        assert response.json()["error"]["message"] == (
+            "tools: 'Recall!' is not a tool name (lowercase letters, digits, underscores)"
         )
         assert ApiKey.objects.count() == before
 

@@ -158,6 +158,7 @@ class TestApiKeyAdmin:
             "scopes",
             "rate_per_minute",
             "clearance",
+            "tools",
         ]
 
     def test_add_without_scopes_is_a_form_error(self, admin_client):
