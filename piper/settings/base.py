@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "piper.recall",
     "forgetting",
     "battery",
+    "piper.mcp_server",  # agent-facing: over the API, above every memory
 ]
 
 MIDDLEWARE = [
