@@ -10,7 +10,8 @@ world    bench/forgetting_bench.py's world at this size, in this database: one
          agent with `episodes` episodes (realistic texts, vectors, HNSW and
          GIN indexes, ledger events) and `subjects` x `versions` fact versions
          asserted through facts_assert (1M), their fact texts, and 300 probe
-         subjects named by five episodes each. Then what a working agent also
+         subjects named by five episodes each; the fact texts' vectors (the
+         embedding task's work). Then what a working agent also
          has, through the services: a thread whose checkpoint names two
          artifacts (one stale), 300 time intentions (20 overdue, 20 due within
          the hour, the rest later) and 20 validated skills. Kept between runs.
@@ -94,7 +95,25 @@ def build_world(args):
             reload=args.reload,
         )
     )
+    _embed_fact_texts(agent)
     return agent, _working_agent(agent)
+
+
+def _embed_fact_texts(agent) -> None:
+    """The fact texts' vectors, as the embedding task leaves them (the forgetting
+    world renders the texts only): the context's fact candidates search them."""
+    from facts.models import FactText
+    from facts.search import fact_texts_embed
+
+    pending = list(
+        FactText.objects.filter(agent=agent, embedding__isnull=True).values_list("id", flat=True)
+    )
+    started = time.perf_counter()
+    for at in range(0, len(pending), 5000):
+        fact_texts_embed(ids=pending[at : at + 5000])
+        log(f"fact texts embedded: {min(at + 5000, len(pending))}/{len(pending)}")
+    if pending:
+        log(f"{len(pending)} fact texts embedded in {time.perf_counter() - started:.0f} s")
 
 
 def _working_agent(agent):

@@ -333,7 +333,10 @@ def _fact_items(ask: Ask, limit: int) -> tuple[list[Item], list[Evidence], list[
     for c in candidates:
         t = c.fact_text
         close = (c.signals.get("vector_similarity") or 0.0) >= floor
-        accepted = t.subject_id in named_ids or close
+        # A task that names its subjects is about them: another subject's look-alike
+        # text ("pay grade — Person 000149 …" for Person 000148) is not. A task that
+        # names none takes the pairs whose text is close to it.
+        accepted = t.subject_id in named_ids if named_ids else close
         considered.append(
             {
                 "kind": "fact_text",

@@ -229,6 +229,20 @@ def test_a_contested_value_is_marked_and_a_stated_instruction_is_quoted(client_a
     assert "favourite tool" in quoted["text"] and "motto" not in " ".join(by_text)
 
 
+def test_a_task_naming_its_subject_does_not_bring_a_look_alikes_facts(client_a, memories):
+    agent = client_a.agent
+    claim(agent, "Bob", "deployment_window", "Friday 09:00", at(2025), authority="user_statement")
+    fact_texts_refresh(agent_id=agent.pk, embed="now")
+    named = ok(post(client_a, body_for(memories, task="Confirm Alice's deployment window")))
+    texts = [f["text"] for f in section(named, "facts")]
+    assert any("Tuesday 14:00" in t for t in texts) and not any("Bob" in t for t in texts)
+    unnamed = ok(post(client_a, body_for(memories, task="When is the deployment window?")))
+    texts = [f["text"] for f in section(unnamed, "facts")]
+    assert any("Bob: Friday 09:00" in t for t in texts) and any(
+        "Alice: Tuesday" in t for t in texts
+    )
+
+
 def test_a_skill_refused_here_is_listed_with_why(client_a, memories):
     body = ok(
         post(
