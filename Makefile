@@ -6,7 +6,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Written after a successful install; pyproject.toml changes trigger a re-install.
+# Written after a successful install; a pyproject.toml change triggers a re-install.
 STAMP := $(VENV)/.piper-installed
 PORT ?= 8000
 export PORT
@@ -25,10 +25,12 @@ $(PY):
 
 # torch first, pinned: pip takes the 2.13.0 CPU wheel from this machine's disk;
 # left to sentence-transformers it would download a CUDA build of several GB.
-$(STAMP): pyproject.toml | $(PY)
+$(STAMP): pyproject.toml clients/python/pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet 'torch==2.13.0'
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@# The Python SDK, its own package (clients/python); its tests run with the suite.
+	$(PY) -m pip install --quiet -e clients/python
 	@# The default embedder's int8 ONNX model, built once from the bundled
 	@# weights into var/embeddings/ (docs/embeddings.md; ~20 s).
 	$(PY) -m piper.onnx_export --prepare
