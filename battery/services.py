@@ -124,6 +124,7 @@ def battery_run(
     report_dir: str | Path | None = None,
     base_url: str | None = None,
     on_item: Callable[[ItemOutcome], None] | None = None,
+    via: str | None = None,
 ) -> BatteryRun:
     """Run the suites (every registered one when none are named) and store the run.
 
@@ -137,7 +138,7 @@ def battery_run(
     if not suites:
         raise InvalidInput("no battery suites are registered", code="no_suites")
     seed = secrets.randbelow(2**31) if seed is None else seed
-    transport = transport_open(base_url=base_url)
+    transport = transport_open(base_url=base_url, via=via)
     try:
         run = BatteryRun.objects.create(
             seed=seed, suites=[suite.code for suite in suites], target=transport.target

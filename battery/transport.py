@@ -1,9 +1,12 @@
-"""How the battery reaches the service: one small interface, two transports.
+"""How the battery reaches the service: one small interface, three transports.
 
 * InProcessTransport sends requests through django.test.Client: the full WSGI
   stack (middleware, authentication, throttling, views) in this process.
 * HttpTransport sends them over the network with httpx, to a running server
   (`battery run --base-url http://127.0.0.1:8000`).
+* SdkTransport sends them through the Python SDK's own sending code
+  (piper_client: its Idempotency-Key on writes, its typed errors), in process
+  or to `--base-url` (`battery run --transport sdk`).
 
 Items only see ApiClient, so a suite cannot tell which one it drives.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -145,7 +149,89 @@ class HttpTransport:
         self._httpx_logger.setLevel(self._previous_level)
 
 
-def transport_open(*, base_url: str | None) -> Transport:
+class SdkTransport:
+    """Every request through piper_client's send(): the SDK's headers (a fresh
+    Idempotency-Key on each write the item does not key itself) and its typed
+    errors, turned back into the answer an item reads. No retries: an item that
+    provokes a 429 or 503 must see it, as over HTTP."""
+
+    def __init__(self, *, base_url: str | None = None, timeout: float = 30.0) -> None:
+        from piper_client._http import Options
+
+        self._options = Options(timeout=timeout, max_retries=0)
+        if base_url:
+            self.target = f"sdk {base_url.rstrip('/')}"
+            self._client = httpx.Client(base_url=base_url.rstrip("/"))
+            self._in_process = False
+        else:
+            from django.core.wsgi import get_wsgi_application
+
+            self.target = f"sdk {IN_PROCESS}"
+            self._client = httpx.Client(
+                base_url=f"http://{allowed_host()}",
+                transport=httpx.WSGITransport(app=get_wsgi_application()),
+            )
+            self._in_process = True
+        self._request_logger = logging.getLogger("django.request")
+        self._previous_level = self._request_logger.level
+        self._request_logger.setLevel(logging.ERROR)
+
+    def request(
+        self, method: str, path: str, *, body: Any = None, headers: Mapping[str, str] | None = None
+    ) -> ApiResponse:
+        from piper_client._http import Call, send
+        from piper_client.errors import APIConnectionError, PiperError
+
+        call = Call(
+            method.upper(),
+            f"{self._client.base_url}{path}",  # absolute: the SDK adds no prefix
+            json=body,
+            extra_headers=dict(headers or {}),
+        )
+        try:
+            with _connections_kept(self._in_process):
+                response = send(self._client, call, self._options)
+        except APIConnectionError as exc:
+            raise TransportFailure(str(exc)) from exc
+        except PiperError as exc:
+            response = exc.response
+        return ApiResponse(
+            status=response.status_code,
+            body=_parse(response.text, response.headers.get("content-type", "")),
+            headers=response.headers,
+            text=response.text,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+        self._request_logger.setLevel(self._previous_level)
+
+
+@contextmanager
+def _connections_kept(in_process: bool):
+    """In process, the request must not close this thread's database connection at
+    its end (Django's request signals do): the battery goes on using it, maybe in
+    a transaction. django.test.Client does the same."""
+    if not in_process:
+        yield
+        return
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+
+
+def transport_open(*, base_url: str | None, via: str | None = None) -> Transport:
+    """`via` sdk: through the Python SDK (in process, or to base_url); otherwise
+    over HTTP to base_url, or in process."""
+    if via == "sdk":
+        return SdkTransport(base_url=base_url)
     return HttpTransport(base_url=base_url) if base_url else InProcessTransport()
 
 

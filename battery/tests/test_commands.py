@@ -246,6 +246,34 @@ def test_run_over_http_against_a_live_server(live_server, tmp_path):
     assert f"target {live_server.url}" in output
 
 
+def _outcomes(run: BatteryRun) -> tuple:
+    items = sorted(run.items.values_list("suite", "item", "passed", "failure_code"))
+    scores = {code: (s["score"], s["metrics"]) for code, s in run.suite_scores.items()}
+    return run.status, run.score, items, scores
+
+
+def test_a_run_through_the_sdk_scores_as_a_direct_one(db, tmp_path):
+    battery("run", "--suite", "L,A", "--seed", "11", "--report", str(tmp_path / "direct"))
+    direct = BatteryRun.objects.get()
+    output = battery(
+        "run", "--suite", "L,A", "--seed", "11", "--transport", "sdk",
+        "--report", str(tmp_path / "sdk"),
+    )  # fmt: skip
+    sdk = BatteryRun.objects.exclude(pk=direct.pk).get()
+    assert sdk.target == "sdk in-process" and "target sdk in-process" in output
+    assert _outcomes(sdk) == _outcomes(direct)
+    assert direct.status == "passed" and direct.items.count() > 5
+
+
+def test_a_run_through_the_sdk_over_http(live_server, tmp_path):
+    battery(
+        "run", "--suite", "L", "--transport", "sdk", "--base-url", live_server.url,
+        "--report", str(tmp_path),
+    )  # fmt: skip
+    run = BatteryRun.objects.get()
+    assert (run.status, run.score, run.target) == ("passed", 100.0, f"sdk {live_server.url}")
+
+
 def test_a_suite_that_breaks_outside_its_items_makes_the_run_an_error(db, tmp_path):
     broken = fake_suite("ZE", weight=5, summary=SuiteSummary(score=101))
     with registered(broken), pytest.raises(CommandError, match="could not complete"):

@@ -35,6 +35,13 @@ class Command(BaseCommand):
             metavar="URL",
             help="drive a running server over HTTP (default: in-process, full WSGI stack)",
         )
+        run.add_argument(
+            "--transport",
+            choices=("direct", "sdk"),
+            default="direct",
+            help="sdk: send every request through the Python SDK (piper_client), in process "
+            "or to --base-url",
+        )
         actions.add_parser("list", help="list the registered suites")
         locomo = actions.add_parser(
             "locomo",
@@ -95,7 +102,7 @@ class Command(BaseCommand):
             for gate in suite.metric_gates:
                 self.stdout.write(f"{'':<6}gate: {gate.name}")
 
-    def _run(self, *, suites, seed, report_dir, base_url, **options) -> None:
+    def _run(self, *, suites, seed, report_dir, base_url, transport, **options) -> None:
         codes = [code for value in suites or [] for code in value.split(",") if code.strip()]
         try:
             run = battery_run(
@@ -104,6 +111,7 @@ class Command(BaseCommand):
                 report_dir=report_dir,
                 base_url=base_url,
                 on_item=self._progress,
+                via=transport,
             )
         except PiperError as exc:
             raise CommandError(exc.message) from exc

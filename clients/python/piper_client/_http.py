@@ -44,12 +44,13 @@ class Call:
     json: Any = None
     idempotency_key: str | None = None
     accept: str = "application/json"
+    extra_headers: dict | None = None  # sent as given, over the ones made here
 
     def headers(self) -> dict[str, str]:
         headers = {"Accept": self.accept}
         if self.method in WRITES:
             headers["Idempotency-Key"] = self.idempotency_key or str(uuid.uuid4())
-        return headers
+        return headers | dict(self.extra_headers or {})
 
     def url(self) -> str:
         return self.path if "://" in self.path else API_PREFIX + self.path
