@@ -853,7 +853,8 @@ def test_battery_run_suite_B_exits_non_zero_when_recall_never_abstains(
 ):
     monkeypatch.setattr(draw, "COUNTS", {"b1": 2, "b2": 1, "b3": 1, "b4": 4})
     monkeypatch.setattr(
-        "battery.services.transport_open", lambda base_url: NeverAbstains(InProcessTransport())
+        "battery.services.transport_open",
+        lambda base_url, via=None: NeverAbstains(InProcessTransport()),
     )
     with pytest.raises(CommandError) as caught:
         battery("run", "--suite", "B", "--report", str(tmp_path), "--seed", "8")

@@ -182,7 +182,8 @@ def test_a_service_that_keeps_a_copy_fails_R3(monkeypatch, tmp_path):
     monkeypatch.setattr(consolidation_draw, "COUNTS", SMALL)
     monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
     monkeypatch.setattr(
-        "battery.services.transport_open", lambda base_url: ShowsErasedEvents(InProcessTransport())
+        "battery.services.transport_open",
+        lambda base_url, via=None: ShowsErasedEvents(InProcessTransport()),
     )
     with pytest.raises(Exception):  # noqa: B017 - the command exits non-zero
         battery("run", "--suite", "F", "--report", str(tmp_path), "--seed", "9")
@@ -218,7 +219,8 @@ def test_a_service_whose_candidates_cite_nothing_fails_W1(monkeypatch, tmp_path)
     monkeypatch.setattr(consolidation_draw, "COUNTS", SMALL)
     monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
     monkeypatch.setattr(
-        "battery.services.transport_open", lambda base_url: CitesNoEvidence(InProcessTransport())
+        "battery.services.transport_open",
+        lambda base_url, via=None: CitesNoEvidence(InProcessTransport()),
     )
     with pytest.raises(Exception):  # noqa: B017 - the command exits non-zero
         battery("run", "--suite", "F", "--report", str(tmp_path), "--seed", "9")
@@ -259,7 +261,7 @@ def test_a_service_that_learns_from_unverified_traces_fails_R3(monkeypatch, tmp_
     monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
     monkeypatch.setattr(
         "battery.services.transport_open",
-        lambda base_url: VerifiesEverything(InProcessTransport()),
+        lambda base_url, via=None: VerifiesEverything(InProcessTransport()),
     )
     with pytest.raises(Exception):  # noqa: B017 - the command exits non-zero
         battery("run", "--suite", "F", "--report", str(tmp_path), "--seed", "9")

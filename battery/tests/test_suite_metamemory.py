@@ -540,7 +540,8 @@ def test_battery_run_suite_G_exits_non_zero_when_recall_always_abstains(
 ):
     monkeypatch.setattr(draw, "COUNTS", {"g1": 3, "g2": 0})
     monkeypatch.setattr(
-        "battery.services.transport_open", lambda base_url: AlwaysAbstains(InProcessTransport())
+        "battery.services.transport_open",
+        lambda base_url, via=None: AlwaysAbstains(InProcessTransport()),
     )
     with pytest.raises(CommandError) as caught:
         battery("run", "--suite", "G", "--report", str(tmp_path), "--seed", "8")

@@ -1047,7 +1047,8 @@ def battery(*args: str) -> str:
 def test_battery_run_suite_E_exits_non_zero_when_cancelled_intentions_fire(monkeypatch, tmp_path):
     monkeypatch.setattr(draw, "COUNTS", {**NONE, "e1": 3, "e6": 6})
     monkeypatch.setattr(
-        "battery.services.transport_open", lambda base_url: IgnoresCancel(InProcessTransport())
+        "battery.services.transport_open",
+        lambda base_url, via=None: IgnoresCancel(InProcessTransport()),
     )
     with pytest.raises(CommandError) as caught:
         battery("run", "--suite", "E", "--report", str(tmp_path), "--seed", "8")

@@ -703,7 +703,8 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
 def test_battery_run_suite_C_exits_non_zero_when_a_gate_fails(monkeypatch, tmp_path):
     monkeypatch.setattr(draw, "COUNTS", SMALL)
     monkeypatch.setattr(
-        "battery.services.transport_open", lambda base_url: StaleCurrent(InProcessTransport())
+        "battery.services.transport_open",
+        lambda base_url, via=None: StaleCurrent(InProcessTransport()),
     )
     with pytest.raises(CommandError) as caught:
         battery("run", "--suite", "C", "--report", str(tmp_path), "--seed", "8")

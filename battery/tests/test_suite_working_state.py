@@ -561,7 +561,8 @@ def battery(*args: str) -> str:
 def test_battery_run_suite_A_exits_non_zero_when_a_field_is_lost(monkeypatch, tmp_path):
     monkeypatch.setattr(draw, "COUNTS", {"a1": 2, "a2": 2, "a3": 2})
     monkeypatch.setattr(
-        "battery.services.transport_open", lambda base_url: DropsNextAction(InProcessTransport())
+        "battery.services.transport_open",
+        lambda base_url, via=None: DropsNextAction(InProcessTransport()),
     )
     with pytest.raises(CommandError) as caught:
         battery("run", "--suite", "A", "--report", str(tmp_path), "--seed", "8")
