@@ -1,5 +1,6 @@
 """Piper Memory's Python client: `Memory` (blocking) and `AsyncMemory`."""
 
+from . import models
 from .client import AsyncMemory, Memory
 from .errors import (
     APIConnectionError,
@@ -29,4 +30,5 @@ __all__ = [
     "ServerError",
     "ServiceUnavailable",
     "ValidationError",
+    "models",
 ]

@@ -1,301 +1,128 @@
-"""Memory and AsyncMemory: every memory function, named as an agent thinks.
+"""Memory and AsyncMemory: every memory function of the API, named as an agent thinks.
 
-    memory = Memory("http://127.0.0.1:8000", api_key="pm_…")
-    memory.facts.assert_("billing export", "deadline", "March 3")
-    memory.facts.current("billing export").values          # ['March 3']
-    block = memory.context(task="Ship the export", thread_id=thread.id)
+    with Memory("http://127.0.0.1:8000", api_key="pm_…") as memory:
+        memory.facts.assert_("billing export", "deadline", "March 3")
+        memory.facts.current("billing export").values          # ['March 3']
+        for intention in memory.intentions.due():               # follows the pages
+            memory.intentions.complete(intention.id)
 
-Each resource method describes one call (method, path, body, answer model);
-the client runs it — blocking in Memory, awaitable in AsyncMemory — so both
-have the same surface. Lists page by cursor: `iter_*` methods follow `next`
-lazily. `memory.with_options(timeout=2, max_retries=0)` is a view with other
-options for the calls made through it. No request is made until a method is called.
+Both clients share one surface (_Base): each resource method describes a
+request (resources/_base.py); Memory runs it blocking, AsyncMemory awaitable.
+The constructor makes no request.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from dataclasses import replace
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 
 from . import models as m
-from ._http import Call, Options, send, send_async
-
-T = TypeVar("T", bound=m.ApiModel)
-
-
-@dataclass(frozen=True)
-class Spec(Generic[T]):
-    """One call and the model its answer is read into (None: the JSON as it is)."""
-
-    call: Call
-    model: type[T] | None = None
-    many: bool = False  # the answer is a list of `model`
-
-
-def _body(**fields: Any) -> dict:
-    return {k: v for k, v in fields.items() if v is not None}
-
-
-def _spec(method, path, model=None, *, params=None, json=None, key=None, many=False, accept=None):
-    call = Call(method, path, params=params, json=json, idempotency_key=key)
-    if accept:
-        call = Call(method, path, params=params, json=json, idempotency_key=key, accept=accept)
-    return Spec(call, model, many)
-
-
-class _Resource:
-    def __init__(self, client: _Base) -> None:
-        self._c = client
-
-
-class Events(_Resource):
-    def append(
-        self, event_type: str, payload: dict, *, occurred_at: str, idempotency_key=None, **fields
-    ):
-        body = _body(event_type=event_type, payload=payload, occurred_at=occurred_at, **fields)
-        return self._c._run(_spec("POST", "/events", m.Event, json=body, key=idempotency_key))
-
-    def get(self, event_id: str):
-        return self._c._run(_spec("GET", f"/events/{event_id}", m.Event))
-
-    def iter(self, *, limit: int = 100, **filters):
-        return self._c._pages(_spec("GET", "/events", m.Event, params={"limit": limit, **filters}))
-
-
-class Facts(_Resource):
-    def assert_(
-        self,
-        subject: str,
-        predicate: str,
-        value: Any = None,
-        *,
-        object_entity: str | None = None,
-        idempotency_key: str | None = None,
-        **fields,
-    ):
-        """State what is now true (valid_from, source_type, authority, confidence, …)."""
-        body = _body(
-            subject=subject, predicate=predicate, value=value, object_entity=object_entity, **fields
-        )
-        return self._c._run(_spec("POST", "/facts", m.FactWrite, json=body, key=idempotency_key))
-
-    def current(self, subject: str, predicate: str | None = None):
-        params = {"subject": subject, "predicate": predicate}
-        return self._c._run(_spec("GET", "/facts/current", m.FactList, params=params))
-
-    def as_of(self, subject: str, predicate: str | None, valid_time):
-        params = {"subject": subject, "predicate": predicate, "valid_time": valid_time}
-        return self._c._run(_spec("GET", "/facts/as-of", m.FactList, params=params))
-
-    def chain(self, subject: str, predicate: str):
-        params = {"subject": subject, "predicate": predicate}
-        return self._c._run(_spec("GET", "/facts/chain", m.FactList, params=params))
-
-    def get(self, fact_id: str):
-        return self._c._run(_spec("GET", f"/facts/{fact_id}", m.Fact))
-
-    def retract(self, fact_id: str, *, reason: str, idempotency_key: str | None = None):
-        body = {"reason": reason}
-        path = f"/facts/{fact_id}/retract"
-        return self._c._run(_spec("POST", path, None, json=body, key=idempotency_key))
-
-
-class Episodes(_Resource):
-    def record(self, *, occurred_at: str, summary: str = "", idempotency_key=None, **fields):
-        """Record what happened (session_id, actor, action, observation, outcome, entities…)."""
-        body = _body(occurred_at=occurred_at, summary=summary, **fields)
-        return self._c._run(_spec("POST", "/episodes", m.Episode, json=body, key=idempotency_key))
-
-    def get(self, episode_id: str):
-        return self._c._run(_spec("GET", f"/episodes/{episode_id}", m.Episode))
-
-    def iter(self, *, limit: int = 100, **filters):
-        params = {"limit": limit, **filters}
-        return self._c._pages(_spec("GET", "/episodes", m.Episode, params=params))
-
-    def search(self, query: str, *, limit: int = 10, **filters):
-        params = {"q": query, "limit": limit, **filters}
-        return self._c._run(_spec("GET", "/episodes/search", m.EpisodeSearch, params=params))
-
-
-class Skills(_Resource):
-    def create(self, name: str, *, idempotency_key: str | None = None, **definition):
-        """A skill and its first version (purpose, trigger, parameter_schema, procedure, …)."""
-        body = {"name": name, **definition}
-        return self._c._run(_spec("POST", "/skills", m.Skill, json=body, key=idempotency_key))
-
-    def get(self, skill_id: str):
-        return self._c._run(_spec("GET", f"/skills/{skill_id}", m.Skill))
-
-    def match(self, task: str, *, context: dict | None = None, limit: int = 5):
-        body = {"task": task, "context": context or {}, "limit": limit}
-        return self._c._run(_spec("POST", "/skills/match", m.SkillMatch, json=body))
-
-    def execute(
-        self, version_id: str, params: dict, *, wait: bool = True, idempotency_key=None, **fields
-    ):
-        path = f"/skills/versions/{version_id}/execute"
-        body = {"params": params, **fields}
-        return self._c._run(
-            _spec("POST", path, m.Execution, params={"wait": wait}, json=body, key=idempotency_key)
-        )
-
-    def version(self, version_id: str):
-        return self._c._run(_spec("GET", f"/skills/versions/{version_id}", None))
-
-
-class Intentions(_Resource):
-    def create(
-        self, description: str, *, trigger_type: str = "time", idempotency_key=None, **fields
-    ):
-        """Commit to do something (due_at, not_before, rrule, trigger_spec, thread, …)."""
-        body = _body(description=description, trigger_type=trigger_type, **fields)
-        return self._c._run(
-            _spec("POST", "/intentions", m.Intention, json=body, key=idempotency_key)
-        )
-
-    def get(self, intention_id: str):
-        return self._c._run(_spec("GET", f"/intentions/{intention_id}", m.Intention))
-
-    def iter(self, *, limit: int = 100, **filters):
-        params = {"limit": limit, **filters}
-        return self._c._pages(_spec("GET", "/intentions", m.Intention, params=params))
-
-    def due(self, *, thread: str | None = None, limit: int = 100):
-        """What has fired and waits, in the order it fired (an iterator over pages)."""
-        params = {"thread": thread, "limit": limit}
-        return self._c._pages(_spec("GET", "/intentions/due", m.Intention, params=params))
-
-    def _move(self, intention_id, action, body, key):
-        path = f"/intentions/{intention_id}/{action}"
-        return self._c._run(_spec("POST", path, m.Intention, json=body, key=key))
-
-    def start(self, intention_id: str, *, idempotency_key=None):
-        return self._move(intention_id, "start", {}, idempotency_key)
-
-    def complete(self, intention_id: str, *, evidence: Any = None, idempotency_key=None):
-        return self._move(intention_id, "complete", _body(evidence=evidence), idempotency_key)
-
-    def cancel(self, intention_id: str, *, reason: str = "", idempotency_key=None):
-        return self._move(intention_id, "cancel", {"reason": reason}, idempotency_key)
-
-
-class WorkingStates(_Resource):
-    def thread(self, key: str, *, session_id: str = ""):
-        """The thread named `key`, created if it is new."""
-        body = {"key": key, "session_id": session_id}
-        return self._c._run(_spec("POST", "/threads", m.Thread, json=body))
-
-    def get(self, thread_id: str):
-        return self._c._run(_spec("GET", f"/threads/{thread_id}/state", m.WorkingState))
-
-    def checkpoint(
-        self,
-        thread_id: str,
-        state: dict,
-        *,
-        based_on: int,
-        session_id: str = "",
-        idempotency_key=None,
-    ):
-        """A new version of the thread's working state (409 Conflict if `based_on` is stale)."""
-        body = {"state": state, "based_on": based_on, "session_id": session_id}
-        path = f"/threads/{thread_id}/state"
-        return self._c._run(_spec("PUT", path, m.WorkingState, json=body, key=idempotency_key))
-
-    def handover(
-        self, thread_id: str, *, to_session: str, from_session: str = "", note: str = "", **kw
-    ):
-        body = {"to_session": to_session, "from_session": from_session, "note": note}
-        path = f"/threads/{thread_id}/handover"
-        key = kw.get("idempotency_key")
-        return self._c._run(_spec("POST", path, m.Handover, json=body, key=key))
-
-    def resume(self, thread_id: str, *, session_id: str, idempotency_key=None):
-        body = {"session_id": session_id}
-        path = f"/threads/{thread_id}/resume"
-        return self._c._run(_spec("POST", path, m.Resume, json=body, key=idempotency_key))
-
-    def acknowledge(self, thread_id: str, *, session_id: str, idempotency_key=None):
-        body = {"session_id": session_id}
-        path = f"/threads/{thread_id}/acknowledge"
-        return self._c._run(_spec("POST", path, m.Handover, json=body, key=idempotency_key))
-
-
-class Erasures(_Resource):
-    def request(self, *, reason: str, dry_run: bool = True, idempotency_key=None, **selector):
-        """Erase by event_ids, source_id, actor, subject, session_id or a time window
-        (admin scope). A dry run (the default) lists what would go and removes nothing."""
-        body = _body(reason=reason, dry_run=dry_run, **selector)
-        model = m.ErasurePreview if dry_run else m.Erasure
-        return self._c._run(_spec("POST", "/erasure", model, json=body, key=idempotency_key))
-
-    def get(self, erasure_id: str):
-        return self._c._run(_spec("GET", f"/erasure/{erasure_id}", m.Erasure))
+from . import resources as r
+from ._http import Call, Options, ThreadedTransport, send, send_async
+from .resources._base import body, get, operation, post
 
 
 class _Base:
+    """The surface both clients share; subclasses say how a call is run."""
+
     def __init__(self, base_url: str, api_key: str, options: Options, headers: dict | None):
         self.base_url, self._options = base_url.rstrip("/"), options
         self._headers = {"Authorization": f"Bearer {api_key}", **(headers or {})}
-        self.events = Events(self)
-        self.facts = Facts(self)
-        self.episodes = Episodes(self)
-        self.skills = Skills(self)
-        self.intentions = Intentions(self)
-        self.working_state = WorkingStates(self)
-        self.erasure = Erasures(self)
+        self._attach_resources()
 
-    # The memory functions that are one call each.
-    def agent(self):
-        return self._run(_spec("GET", "/agent", m.Agent))
+    def _attach_resources(self) -> None:
+        self.events = r.Events(self)
+        self.sources = r.Sources(self)
+        self.facts = r.Facts(self)
+        self.entities = r.Entities(self)
+        self.predicates = r.Predicates(self)
+        self.episodes = r.Episodes(self)
+        self.skills = r.Skills(self)
+        self.intentions = r.Intentions(self)
+        self.webhook = r.Webhook(self)
+        self.working_state = r.WorkingStates(self)
+        self.erasure = r.Erasures(self)
+        self.retention_policies = r.RetentionPolicies(self)
+        self.consolidation = r.Consolidation(self)
 
+    @property
+    def _client(self) -> _Base:  # the memory functions below are their own resource
+        return self
+
+    def with_options(self, *, timeout: float | None = None, max_retries: int | None = None):
+        """This client with other options for the calls made through what it returns.
+        It shares the connection pool; closing either closes both."""
+        view = copy.copy(self)
+        view._options = self._options.with_(timeout=timeout, max_retries=max_retries)
+        view._attach_resources()
+        return view
+
+    # ------------------------------------------------- the memory functions of one call
+
+    @operation
+    def agent(self) -> m.Agent:
+        """Who this key speaks for, and its scopes."""
+        return get("/agent", m.Agent)
+
+    @operation
     def recall(
         self,
         query: str,
         *,
-        route: str = "auto",
-        limit: int = 10,
+        route: str | None = None,
+        limit: int | None = None,
         filters: dict | None = None,
         context: dict | None = None,
-    ):
-        body = _body(query=query, route=route, limit=limit, filters=filters, context=context)
-        return self._run(_spec("POST", "/recall", m.RecallAnswer, json=body))
+    ) -> m.RecallAnswer:
+        """Ask memory one question; it picks the memory that answers (route="auto"), or
+        the one named: current_fact, what_happened, how_to, what_to_do, source, multi_hop.
+        The answer's id is the trace to give feedback on."""
+        question = body(query=query, route=route, limit=limit, filters=filters, context=context)
+        return post("/recall", m.RecallAnswer, question)
 
+    @operation
     def recall_feedback(
         self,
         trace_id: str,
         *,
-        used: list[str],
         outcome: str,
+        used: list[str] | None = None,
         failure_code: str | None = None,
-        note: str = "",
-        idempotency_key=None,
-    ):
-        body = _body(used=used, outcome=outcome, failure_code=failure_code, note=note)
-        path = f"/recall/{trace_id}/feedback"
-        return self._run(_spec("POST", path, m.Feedback, json=body, key=idempotency_key))
+        note: str | None = None,
+    ) -> m.Feedback:
+        """How a recall answer worked out: outcome "success", "failure" or "partial", the
+        evidence ids used, and for a failure its code (R0-R3, A0, U0)."""
+        feedback = body(outcome=outcome, used=used, failure_code=failure_code, note=note)
+        return post(f"/recall/{trace_id}/feedback", m.Feedback, feedback)
 
+    @operation
+    def recall_trace(self, trace_id: str) -> m.RecallTrace:
+        """What one recall considered, returned and was told afterwards."""
+        return get(f"/recall/{trace_id}", m.RecallTrace)
+
+    @operation
     def context(
         self,
         *,
-        task: str = "",
+        task: str | None = None,
         thread_id: str | None = None,
-        session_id: str = "",
+        session_id: str | None = None,
         tokens: int | None = None,
         characters: int | None = None,
         sections: list[str] | None = None,
         limits: dict | None = None,
         context: dict | None = None,
         as_text: bool = False,
-    ):
-        """What the next model call should see, packed to a budget (tokens by default).
-        `as_text=True` returns the plain text alone."""
+    ) -> m.ContextBlock:
+        """What the next model call should see, packed to a budget (2000 tokens unless
+        told). as_text=True answers the block's plain text alone (a str)."""
         budget = {"characters": characters} if characters else {"tokens": tokens or 2000}
-        body = _body(
+        request = body(
             task=task,
             thread_id=thread_id,
             session_id=session_id,
@@ -305,37 +132,45 @@ class _Base:
             context=context,
         )
         if as_text:
-            spec = _spec(
-                "POST", "/context", None, params={"format": "text"}, json=body, accept="text/plain"
-            )
-            return self._run(spec)
-        return self._run(_spec("POST", "/context", m.ContextBlock, json=body))
+            plain = post("/context", None, request, format="text")
+            return replace(plain, accept="text/plain")
+        return post("/context", m.ContextBlock, request)
 
-    # ------------------------------------------------------------------ plumbing
+    # ---------------------------------------------------------------- the plumbing
 
-    def _read(self, spec: Spec, response: httpx.Response):
-        if "json" not in response.headers.get("content-type", ""):
-            return response.text
-        data = response.json()
-        if spec.model is None:
-            return data
-        if spec.many:
-            return [spec.model.model_validate(x) for x in data]
-        result = spec.model.model_validate(data)
-        result._response = response
-        return result
-
-    def _run(self, spec: Spec):
+    def _run(self, call: Call, model: type[m.ApiModel] | None) -> Any:
         raise NotImplementedError
 
-    def _pages(self, spec: Spec):
+    def _pages(self, call: Call, model: type[m.ApiModel] | None) -> Any:
         raise NotImplementedError
 
 
-def _page_items(data: Any) -> tuple[list, str | None]:
-    if isinstance(data, list):  # a list endpoint that does not page
+def _read(response: httpx.Response, model: type[m.ApiModel] | None) -> Any:
+    if response.status_code == 204 or not response.content:
+        return None
+    if "json" not in response.headers.get("content-type", ""):
+        return response.text
+    data = response.json()
+    if model is None:
+        return data
+    result = model.model_validate(data)
+    result._response = response
+    return result
+
+
+def _page(call: Call, data: Any) -> tuple[list, Call | None]:
+    """A page's items and the call for the next page (None on the last)."""
+    if isinstance(data, list):  # a list the API does not page
         return data, None
-    return data.get("results", []), data.get("next")
+    link = data.get("next")
+    # The link's query (filters, limit and the cursor) is sent to the same path,
+    # so a service behind a proxy that sees another host still pages right.
+    next_call = replace(call, params=dict(parse_qsl(urlsplit(link).query))) if link else None
+    return data.get("results", []), next_call
+
+
+def _item(model: type[m.ApiModel] | None, data: Any) -> Any:
+    return model.model_validate(data) if model else data
 
 
 class Memory(_Base):
@@ -350,30 +185,20 @@ class Memory(_Base):
         max_retries: int = 3,
         transport: httpx.BaseTransport | None = None,
         headers: dict | None = None,
-        _http: httpx.Client | None = None,
     ) -> None:
         super().__init__(base_url, api_key, Options(timeout, max_retries), headers)
-        self._http = _http or httpx.Client(
+        self._http = httpx.Client(
             base_url=self.base_url, headers=self._headers, transport=transport
         )
 
-    def with_options(self, *, timeout: float | None = None, max_retries: int | None = None):
-        view = object.__new__(Memory)
-        _Base.__init__(view, self.base_url, "", self._options, None)
-        view._headers, view._http = self._headers, self._http
-        view._options = self._options.with_(timeout=timeout, max_retries=max_retries)
-        return view
+    def _run(self, call: Call, model: type[m.ApiModel] | None) -> Any:
+        return _read(send(self._http, call, self._options), model)
 
-    def _run(self, spec: Spec):
-        return self._read(spec, send(self._http, spec.call, self._options))
-
-    def _pages(self, spec: Spec) -> Iterator:
-        call = spec.call
-        while call is not None:
-            data = send(self._http, call, self._options).json()
-            items, link = _page_items(data)
-            yield from (spec.model.model_validate(x) if spec.model else x for x in items)
-            call = Call("GET", link) if link else None
+    def _pages(self, call: Call, model: type[m.ApiModel] | None) -> Iterator:
+        next_call: Call | None = call
+        while next_call is not None:
+            items, next_call = _page(next_call, send(self._http, next_call, self._options).json())
+            yield from (_item(model, item) for item in items)
 
     def close(self) -> None:
         self._http.close()
@@ -381,12 +206,15 @@ class Memory(_Base):
     def __enter__(self) -> Memory:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
 class AsyncMemory(_Base):
-    """The same surface, awaitable; `iter_*`/`due` are async iterators."""
+    """The same surface, awaitable; list methods are async iterators (`async for`).
+
+    `transport` may be an async transport, or a blocking one such as
+    httpx.WSGITransport, which then runs in a worker thread."""
 
     def __init__(
         self,
@@ -395,32 +223,26 @@ class AsyncMemory(_Base):
         *,
         timeout: float = 10.0,
         max_retries: int = 3,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
         headers: dict | None = None,
     ) -> None:
         super().__init__(base_url, api_key, Options(timeout, max_retries), headers)
+        if isinstance(transport, httpx.BaseTransport):
+            transport = ThreadedTransport(transport)
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=self._headers, transport=transport
         )
 
-    def with_options(self, *, timeout: float | None = None, max_retries: int | None = None):
-        view = object.__new__(AsyncMemory)
-        _Base.__init__(view, self.base_url, "", self._options, None)
-        view._headers, view._http = self._headers, self._http
-        view._options = self._options.with_(timeout=timeout, max_retries=max_retries)
-        return view
+    async def _run(self, call: Call, model: type[m.ApiModel] | None) -> Any:
+        return _read(await send_async(self._http, call, self._options), model)
 
-    async def _run(self, spec: Spec):
-        return self._read(spec, await send_async(self._http, spec.call, self._options))
-
-    async def _pages(self, spec: Spec) -> AsyncIterator:
-        call = spec.call
-        while call is not None:
-            data = (await send_async(self._http, call, self._options)).json()
-            items, link = _page_items(data)
-            for x in items:
-                yield spec.model.model_validate(x) if spec.model else x
-            call = Call("GET", link) if link else None
+    async def _pages(self, call: Call, model: type[m.ApiModel] | None) -> AsyncIterator:
+        next_call: Call | None = call
+        while next_call is not None:
+            response = await send_async(self._http, next_call, self._options)
+            items, next_call = _page(next_call, response.json())
+            for item in items:
+                yield _item(model, item)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -428,5 +250,5 @@ class AsyncMemory(_Base):
     async def __aenter__(self) -> AsyncMemory:
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()

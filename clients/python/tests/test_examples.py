@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import make_client
+from sdk_support import make_keys
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,7 +27,7 @@ def phase(name: str, url: str, key: str) -> dict:
 
 
 def test_the_agent_loop_survives_a_handover_to_a_new_process(live_server):
-    key = make_client("example-agent").raw_key
+    key = make_keys("example-agent").write
     first = phase("work", live_server.url, key)
     assert first["context_tokens"] > 0
     second = phase("resume", live_server.url, key)
