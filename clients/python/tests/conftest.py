@@ -1,7 +1,8 @@
 """Fixtures of the SDK tests (helpers in sdk_support.py)."""
 
 import pytest
-from sdk_support import Keys, in_process, make_keys
+
+from .sdk_support import Keys, in_process, make_keys
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sdk_support import make_keys
+
+from .sdk_support import make_keys
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

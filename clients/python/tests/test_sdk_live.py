@@ -8,7 +8,8 @@ import uuid
 import anyio
 import pytest
 from piper_client import AsyncMemory, Memory, NotFound, ValidationError
-from sdk_support import NOW, in_process_async
+
+from .sdk_support import NOW, in_process_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,9 +21,10 @@ from piper_client import (
     ValidationError,
 )
 from piper_client._http import Call
-from sdk_support import in_process, make_keys, sent
 
 from intentions.models import Intention
+
+from .sdk_support import in_process, make_keys, sent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

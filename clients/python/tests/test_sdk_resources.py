@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from piper_client import Conflict, NotFound, PermissionDenied, models
-from sdk_support import NOW
 
 from skills.tests.factories import PROCEDURE, SCHEMA, VALIDATOR, expected_for
+
+from .sdk_support import NOW
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
