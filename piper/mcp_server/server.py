@@ -146,14 +146,18 @@ def context(
 ) -> dict[str, Any]:
     """What the next model call should see: due intentions, the working state, the
     current facts, relevant episodes, the skill to use and what to re-check — one
-    block packed to a token budget (its `text` is ready for a prompt)."""
+    block packed to a token budget. `text` is the block, ready for a prompt; `id`
+    is its trace (for recall feedback); `omitted` lists what did not fit."""
     body = {
         "task": task,
         "thread_id": thread_id,
         "session_id": session_id,
         "budget": {"tokens": budget_tokens},
     }
-    return _call("context", lambda api: api.post("/context", body))
+    block = _call("context", lambda api: api.post("/context", body))
+    # A model reads the text; the sections' per-item statuses stay in the API's answer.
+    keep = ("id", "text", "budget", "over_budget", "omitted", "withheld")
+    return {name: block[name] for name in keep}
 
 
 @tool(WRITE, _writing())

@@ -221,6 +221,7 @@ def test_the_tools_work_end_to_end_with_one_key(db):
             {"task": "Rerun the billing export", "thread_id": thread_id, "session_id": "day-2"},
         )
     )
+    assert set(block) == {"id", "text", "budget", "over_budget", "omitted", "withheld"}
     assert "next action: Rerun it" in block["text"]
     assert "March 5" in block["text"] and "March 3" not in block["text"]
 
