@@ -56,7 +56,8 @@ MAX_TASK_CHARS = 8000
 SEARCH_CHARS = 2000  # the searches read the task's first 2,000 characters
 DEFAULT_HORIZON = timedelta(hours=1)
 MAX_HORIZON = timedelta(days=30)
-MAX_INTENTIONS = 100  # due ones beyond this are listed as left out
+MAX_INTENTIONS = 100  # due ones beyond this are listed as left out, by id …
+MAX_INTENTIONS_READ = 500  # … up to this many (an agent with more due is past help)
 LIMITS = {"facts": (20, 50), "episodes": (10, 50), "skills": (1, 5), "recent": (5, 20)}
 FACTS_PER_NAMED_SUBJECT = 30
 FACT_CANDIDATES = 20
@@ -257,7 +258,7 @@ def _intention_items(agent: Agent, now: datetime, horizon: timedelta) -> tuple[l
                 output_field=IntegerField(),
             )
         )
-        .order_by("rank", "due_at", "-priority", "created_at", "id")[: MAX_INTENTIONS + 1]
+        .order_by("rank", "due_at", "-priority", "created_at", "id")[:MAX_INTENTIONS_READ]
     )
     evidence = [
         intention_evidence(i, score=round(1.0 - n / (len(rows) + 1), 4), now=now, signals={})

@@ -289,6 +289,16 @@ def test_due_intentions_are_never_cut(client_a, memories):
     assert body["over_budget"] is True and body["budget"]["used"] > 50
 
 
+def test_due_intentions_past_the_cap_are_listed_as_left_out(client_a, memories, monkeypatch):
+    from piper.recall.services import context
+
+    monkeypatch.setattr(context, "MAX_INTENTIONS", 1)
+    body = ok(post(client_a, body_for(memories)))
+    assert [i["id"] for i in section(body, "intentions")] == [str(memories["intentions"]["due"].pk)]
+    assert {"section": "intentions", "kind": "intention"}.items() <= body["omitted"][-1].items()
+    assert body["omitted"][-1]["id"] == str(memories["intentions"]["soon"].pk)
+
+
 def test_a_budget_in_characters(client_a, memories):
     body = ok(post(client_a, body_for(memories, budget={"characters": 600})))
     assert body["budget"]["unit"] == "characters"
