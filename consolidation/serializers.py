@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from piper.api.serializers import StrictCharField, StrictSerializer, api_datetime
+from piper.api.serializers import (
+    CursorQuerySerializer,
+    StrictCharField,
+    StrictSerializer,
+    api_datetime,
+    page_of,
+)
 
 from .models import (
     CandidateFact,
@@ -16,26 +22,6 @@ from .models import (
     RunStatus,
 )
 from .services import MAX_REASON_CHARS
-
-
-class CursorQuerySerializer(StrictSerializer):
-    cursor = serializers.CharField(required=False, help_text="From a 'next' or 'previous' link.")
-    limit = serializers.IntegerField(
-        min_value=1, max_value=1000, required=False, help_text="Page size (default 100)."
-    )
-
-
-def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
-    return type(
-        name,
-        (serializers.Serializer,),
-        {
-            "next": serializers.URLField(allow_null=True),
-            "previous": serializers.URLField(allow_null=True),
-            "results": item(many=True),
-        },
-    )
-
 
 # ------------------------------------------------------------------------- inputs
 

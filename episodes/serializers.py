@@ -20,6 +20,7 @@ from piper.api.serializers import (
     StrictFloatField,
     StrictSerializer,
     api_datetime,
+    page_of,
 )
 from piper.provenance import Authority, SourceType
 
@@ -370,19 +371,6 @@ class ChunkListQuerySerializer(IncludeEmbeddingQuerySerializer):
     cursor = serializers.CharField(required=False, help_text="From a 'next' or 'previous' link.")
     limit = serializers.IntegerField(
         min_value=1, max_value=1000, required=False, help_text="Page size (default 100)."
-    )
-
-
-def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
-    """The shape of one page of a cursor-paginated list."""
-    return type(
-        name,
-        (serializers.Serializer,),
-        {
-            "next": serializers.URLField(allow_null=True),
-            "previous": serializers.URLField(allow_null=True),
-            "results": item(many=True),
-        },
     )
 
 

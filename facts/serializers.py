@@ -24,6 +24,7 @@ from piper.api.serializers import (
     StrictIntegerField,
     StrictSerializer,
     api_datetime,
+    page_of,
 )
 from piper.provenance import Authority, SourceType
 
@@ -116,11 +117,6 @@ class EntityMatchSerializer(serializers.Serializer):
 
 class EntitySearchOutputSerializer(serializers.Serializer):
     results = EntityMatchSerializer(many=True)
-
-
-class CursorQuerySerializer(StrictSerializer):
-    cursor = serializers.CharField(required=False)
-    limit = serializers.IntegerField(min_value=1, max_value=1000, required=False)
 
 
 # ---------------------------------------------------------------------- predicates
@@ -500,19 +496,6 @@ class PathSerializer(serializers.Serializer):
 class GraphPathsOutputSerializer(serializers.Serializer):
     valid_time = serializers.DateTimeField()
     paths = PathSerializer(many=True)
-
-
-def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
-    """The shape of one page of a cursor-paginated list."""
-    return type(
-        name,
-        (serializers.Serializer,),
-        {
-            "next": serializers.URLField(allow_null=True),
-            "previous": serializers.URLField(allow_null=True),
-            "results": item(many=True),
-        },
-    )
 
 
 EntityPageSerializer = page_of(EntityOutputSerializer, "EntityPageSerializer")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from piper.api.serializers import StrictCharField, StrictSerializer, api_datetime
+from piper.api.serializers import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictSerializer,
+    api_datetime,
+    page_of,
+)
 from piper.provenance import RetentionClass, SourceType
 
 from .models import Erasure, RetentionPolicy
@@ -15,15 +21,6 @@ CLASS_HELP = (
     "for any class but 'permanent' (the legal hold is never swept)."
 )
 SOURCE_HELP = f"One of {SourceType.values}, or empty for any."
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """true or false, as JSON: "yes" and 1 are not booleans."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, bool):
-            self.fail("invalid")
-        return data
 
 
 class ErasureInputSerializer(StrictSerializer):
@@ -82,10 +79,7 @@ class ErasureDryRunSerializer(serializers.Serializer):
     removed = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
 
 
-class ErasurePageSerializer(serializers.Serializer):
-    next = serializers.CharField(allow_null=True)
-    previous = serializers.CharField(allow_null=True)
-    results = ErasureOutputSerializer(many=True)
+ErasurePageSerializer = page_of(ErasureOutputSerializer, "ErasurePageSerializer")
 
 
 class RetentionPolicyInputSerializer(StrictSerializer):

@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 from piper.api.idempotency import idempotent_write
 from piper.api.inputs import IDEMPOTENCY_KEY, body_data, query_data
 from piper.api.pagination import NewestIdCursorPagination, StrictCursorPagination
+from piper.api.serializers import CursorQuerySerializer
 from piper.errors import NotFound, Unprocessable
 from piper.tenancy.models import Agent, Scope
 
@@ -30,7 +31,6 @@ from .serializers import (
     ClockInputSerializer,
     ClockOutputSerializer,
     CompleteInputSerializer,
-    CursorQuerySerializer,
     DependenciesInputSerializer,
     EmptyInputSerializer,
     FailInputSerializer,

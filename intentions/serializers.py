@@ -17,11 +17,13 @@ from rest_framework import serializers
 
 from piper.api.serializers import (
     AwareDateTimeField,
+    CursorQuerySerializer,
     PolicyClassesSerializer,
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
     api_datetime,
+    page_of,
 )
 
 from .models import (
@@ -104,26 +106,6 @@ def intention_status(**kwargs) -> EnumField:
 
 def trigger_type(**kwargs) -> EnumField:
     return EnumField(component="TriggerTypeEnum", choices=TriggerType.choices, **kwargs)
-
-
-class CursorQuerySerializer(StrictSerializer):
-    cursor = serializers.CharField(required=False, help_text="From a 'next' or 'previous' link.")
-    limit = serializers.IntegerField(
-        min_value=1, max_value=1000, required=False, help_text="Page size (default 100)."
-    )
-
-
-def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
-    """The shape of one page of a cursor-paginated list."""
-    return type(
-        name,
-        (serializers.Serializer,),
-        {
-            "next": serializers.URLField(allow_null=True),
-            "previous": serializers.URLField(allow_null=True),
-            "results": item(many=True),
-        },
-    )
 
 
 # ---------------------------------------------------------------------- threads in

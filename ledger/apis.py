@@ -17,8 +17,10 @@ from .serializers import (
     EventInputSerializer,
     EventListQuerySerializer,
     EventOutputSerializer,
+    EventPageSerializer,
     SourceInputSerializer,
     SourceOutputSerializer,
+    SourcePageSerializer,
 )
 
 
@@ -30,7 +32,8 @@ class EventPagination(SeqCursorPagination):
 class EventListApi(APIView):
     @extend_schema(
         parameters=[EventListQuerySerializer],
-        responses=EventOutputSerializer(many=True),
+        responses=EventPageSerializer,
+        operation_id="v1_events_list",
         summary="List events (cursor pagination; filters on both time axes)",
     )
     def get(self, request):
@@ -128,7 +131,9 @@ class EventDetailApi(APIView):
 
 class SourceListApi(APIView):
     @extend_schema(
-        responses=SourceOutputSerializer(many=True), summary="Registered sources, newest first"
+        responses=SourcePageSerializer,
+        operation_id="v1_sources_list",
+        summary="Registered sources, newest first",
     )
     def get(self, request):
         paginator = NewestIdCursorPagination()

@@ -3,7 +3,7 @@
 from django.conf import settings
 from rest_framework import serializers
 
-from piper.api.serializers import StrictCharField, StrictFloatField, StrictSerializer
+from piper.api.serializers import StrictCharField, StrictFloatField, StrictSerializer, page_of
 from piper.provenance import Authority, PrivacyClass, RetentionClass, SourceType
 
 from .models import Event, Source
@@ -145,3 +145,7 @@ class SourceOutputSerializer(serializers.ModelSerializer):
             "source_event_id",
             "created_at",
         ]
+
+
+EventPageSerializer = page_of(EventOutputSerializer, "EventPageSerializer")
+SourcePageSerializer = page_of(SourceOutputSerializer, "SourcePageSerializer")

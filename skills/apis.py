@@ -49,13 +49,13 @@ from rest_framework.views import APIView
 from piper.api.idempotency import idempotent_write
 from piper.api.inputs import IDEMPOTENCY_KEY, body_data, query_data
 from piper.api.pagination import NewestIdCursorPagination
+from piper.api.serializers import CursorQuerySerializer
 from piper.errors import InvalidInput
 from piper.tenancy.models import Scope
 
 from . import selectors
 from .models import ExecutionStatus
 from .serializers import (
-    CursorQuerySerializer,
     ExecuteInputSerializer,
     ExecuteQuerySerializer,
     ExecutionListQuerySerializer,

@@ -17,12 +17,14 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from piper.api.serializers import (
+    CursorQuerySerializer,
     PolicyClassesSerializer,
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
     api_datetime,
+    page_of,
 )
 from piper.provenance import SourceType
 
@@ -97,25 +99,6 @@ class SkillEnumFieldExtension(OpenApiSerializerFieldExtension):
 def version_status(**kwargs) -> SkillEnumField:
     return SkillEnumField(
         component="SkillVersionStatusEnum", choices=VersionStatus.choices, **kwargs
-    )
-
-
-class CursorQuerySerializer(StrictSerializer):
-    cursor = serializers.CharField(required=False, help_text="From a 'next' or 'previous' link.")
-    limit = serializers.IntegerField(
-        min_value=1, max_value=1000, required=False, help_text="Page size (default 100)."
-    )
-
-
-def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
-    return type(
-        name,
-        (serializers.Serializer,),
-        {
-            "next": serializers.URLField(allow_null=True),
-            "previous": serializers.URLField(allow_null=True),
-            "results": item(many=True),
-        },
     )
 
 

@@ -97,6 +97,28 @@ class StrictBooleanField(serializers.BooleanField):
         return data
 
 
+class CursorQuerySerializer(StrictSerializer):
+    """The query of a cursor-paginated list."""
+
+    cursor = serializers.CharField(required=False, help_text="From a 'next' or 'previous' link.")
+    limit = serializers.IntegerField(
+        min_value=1, max_value=1000, required=False, help_text="Page size (default 100)."
+    )
+
+
+def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
+    """The shape of one page of a cursor-paginated list (for the schema)."""
+    return type(
+        name,
+        (serializers.Serializer,),
+        {
+            "next": serializers.URLField(allow_null=True),
+            "previous": serializers.URLField(allow_null=True),
+            "results": item(many=True),
+        },
+    )
+
+
 class CommaListField(serializers.ListField):
     """A query parameter holding a comma-separated list: `predicates=a,b,c`."""
 
