@@ -298,6 +298,9 @@ PIPER_FACT_TEXT_MIN_SIMILARITY = env_float("PIPER_FACT_TEXT_MIN_SIMILARITY", 0.4
 # A question that names no subject ("when is our deployment window now?") is
 # answered by a fact only if its text is at least this similar (piper/recall/about.py).
 PIPER_FACT_IMPLIED_MIN_SIMILARITY = env_float("PIPER_FACT_IMPLIED_MIN_SIMILARITY", 0.55)
+# POST /context runs its facts, episodes and skill searches in worker threads, each
+# with a database connection of its own (kept open; they see committed data only).
+PIPER_CONTEXT_PARALLEL = env_bool("PIPER_CONTEXT_PARALLEL", True)
 
 LOGGING = {
     "version": 1,

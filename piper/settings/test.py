@@ -25,3 +25,7 @@ CELERY_TASK_DEFAULT_QUEUE = f"piper-test-{RUN_ID}"
 # Sandbox tasks go to this run's queue too, so the test worker runs them.
 SKILLS_SANDBOX_QUEUE = CELERY_TASK_DEFAULT_QUEUE
 CELERY_TASK_ROUTES = {"skills.sandbox.*": {"queue": SKILLS_SANDBOX_QUEUE}}
+# Tests hold their rows in an uncommitted transaction that another connection
+# cannot see: the context's searches run in the test's thread (one test turns
+# the worker threads on, with committed rows).
+PIPER_CONTEXT_PARALLEL = False

@@ -29,7 +29,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -639,6 +640,21 @@ def context_assemble(
     vector = QueryVector(query)
     ask = Ask(agent, query, vector, 10, RecallFilters(), request.context, scopes, now)
 
+    # The three searches, started first: in worker threads when
+    # PIPER_CONTEXT_PARALLEL (they only read), while this thread reads the rest.
+    searches: dict[str, Callable[[], Any]] = {}
+    if query and "facts" in wanted and limits["facts"]:
+        searches["facts"] = lambda: _fact_items(ask, limits["facts"])
+    if "episodes" in wanted and (limits["episodes"] or limits["recent"]):
+        searches["episodes"] = lambda: _episode_items(
+            ask, limits["episodes"], request.session_id, limits["recent"]
+        )
+    if query and "skill" in wanted and limits["skills"]:
+        searches["skill"] = lambda: _skill_items(ask, limits["skills"])
+    if query and searches:
+        vector.get()  # embedded once, here, before any search reads it
+    found_by = _start(searches)
+
     candidates: dict[str, list[Item]] = {s: [] for s in SECTIONS}
     considered: list[dict] = []
     details: dict[str, Any] = {}
@@ -659,20 +675,18 @@ def context_assemble(
     if checkpoint is not None and "working_state" in wanted:
         candidates["working_state"] = _state_items(checkpoint, now)
     fact_items: list[Item] = []
-    if query and "facts" in wanted and limits["facts"]:
-        fact_items, found, fact_considered = _fact_items(ask, limits["facts"])
+    if "facts" in found_by:
+        fact_items, found, fact_considered = found_by["facts"].result()
         fact_items, hidden = _cleared_items(fact_items, found, clearance)
         withheld += hidden
         considered += fact_considered
         candidates["facts"] = fact_items
-    if "episodes" in wanted and (limits["episodes"] or limits["recent"]):
-        items, found, details["episodes"] = _episode_items(
-            ask, limits["episodes"], request.session_id, limits["recent"]
-        )
+    if "episodes" in found_by:
+        items, found, details["episodes"] = found_by["episodes"].result()
         candidates["episodes"], hidden = _cleared_items(items, found, clearance)
         withheld += hidden
-    if query and "skill" in wanted and limits["skills"]:
-        items, found = _skill_items(ask, limits["skills"])
+    if "skill" in found_by:
+        items, found = found_by["skill"].result()
         candidates["skill"], hidden = _cleared_items(items, found, clearance)
         withheld += hidden
     if "recheck" in wanted:
@@ -740,6 +754,52 @@ def context_assemble(
         latency_ms=latency_ms,
         now=now,
     )
+
+
+class _Done:
+    """A search already run in this thread, shaped like a Future."""
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+
+    def result(self) -> Any:
+        return self._value
+
+
+_workers: ThreadPoolExecutor | None = None
+
+
+def _start(searches: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Each search's (future) result. In parallel, each runs in a worker thread
+    with the worker's own database connection, kept open between calls; it sees
+    committed data only, so a caller inside a transaction with uncommitted rows
+    to show (a test) runs them here instead (PIPER_CONTEXT_PARALLEL off)."""
+    global _workers
+    if not settings.PIPER_CONTEXT_PARALLEL or len(searches) < 2:
+        return {name: _Done(search()) for name, search in searches.items()}
+    if _workers is None:
+        _workers = ThreadPoolExecutor(max_workers=3, thread_name_prefix="piper-context")
+    return {name: _workers.submit(_in_worker, search) for name, search in searches.items()}
+
+
+def stop_workers() -> None:
+    """End the worker threads (their connections close with them); the next
+    parallel call starts new ones."""
+    global _workers
+    if _workers is not None:
+        _workers.shutdown(wait=True)
+        _workers = None
+
+
+def _in_worker(search: Callable[[], Any]) -> Any:
+    from django.db import connection
+
+    # A connection that saw an error and no longer answers is replaced.
+    if connection.connection is not None and connection.errors_occurred:
+        if not connection.is_usable():
+            connection.close()
+        connection.errors_occurred = False
+    return search()
 
 
 def _untitled(thread, session_id: str) -> str:

@@ -432,3 +432,37 @@ def test_a_missing_thread_is_404_and_the_read_scope_is_enough(client_a, read_onl
     response = post(read_only_client, {"thread_id": str(uuid.uuid4())})
     assert response.status_code == 404
     assert ok(post(read_only_client, {"task": "anything at all"}))["sections"] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_searches_in_worker_threads_give_the_same_block(settings):
+    """With committed rows, the facts, episodes and skill searches run in worker
+    threads (each with its own connection) and the block is the one the test's
+    thread assembles alone."""
+    from piper.recall.services.context import ContextRequest, context_assemble, stop_workers
+
+    client = make_client("context-parallel")
+    agent = client.agent
+    clock_set(agent=agent, now=NOW)
+    deployment_window(agent)
+    [episode] = episodes_record(
+        agent=agent,
+        drafts=[
+            EpisodeDraft(
+                occurred_at=NOW - timedelta(days=1),
+                summary="Alice moved the deployment window after the failed Monday release",
+                session_id="s-1",
+            )
+        ],
+    )
+    episodes_embed(episode_ids=[episode.pk])
+    request = ContextRequest(task="Confirm Alice's deployment window", session_id="s-1")
+    settings.PIPER_CONTEXT_PARALLEL = False
+    alone = context_assemble(agent=agent, request=request)
+    settings.PIPER_CONTEXT_PARALLEL = True
+    try:
+        threaded = context_assemble(agent=agent, request=request)
+    finally:
+        stop_workers()
+    assert threaded.text == alone.text
+    assert "Tuesday 14:00" in threaded.text and str(episode.summary) in threaded.text
