@@ -435,11 +435,16 @@ def test_a_missing_thread_is_404_and_the_read_scope_is_enough(client_a, read_onl
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_searches_in_worker_threads_give_the_same_block(settings):
+def test_the_searches_in_worker_threads_give_the_same_block(settings, monkeypatch):
     """With committed rows, the facts, episodes and skill searches run in worker
     threads (each with its own connection) and the block is the one the test's
     thread assembles alone."""
+    from piper.celery import app as celery_app
     from piper.recall.services.context import ContextRequest, context_assemble, stop_workers
+
+    # The tasks each commit queues (fact texts, embeddings) run at the commit, here:
+    # a worker of another test must not change the memory between the two calls.
+    monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
 
     client = make_client("context-parallel")
     agent = client.agent
