@@ -41,6 +41,15 @@ class ApiResponse:
     headers: Mapping[str, str]  # case-insensitive
     text: str
 
+    @classmethod
+    def of(cls, response: httpx.Response) -> ApiResponse:
+        return cls(
+            status=response.status_code,
+            body=_parse(response.text, response.headers.get("content-type", "")),
+            headers=response.headers,
+            text=response.text,
+        )
+
     def error_code(self) -> str | None:
         if isinstance(self.body, dict) and isinstance(self.body.get("error"), dict):
             return self.body["error"].get("code")
@@ -137,12 +146,7 @@ class HttpTransport:
             )
         except httpx.TransportError as exc:
             raise TransportFailure(f"{method.upper()} {self.target}{path}: {exc!r}") from exc
-        return ApiResponse(
-            status=response.status_code,
-            body=_parse(response.text, response.headers.get("content-type", "")),
-            headers=response.headers,
-            text=response.text,
-        )
+        return ApiResponse.of(response)
 
     def close(self) -> None:
         self._client.close()
@@ -195,12 +199,7 @@ class SdkTransport:
             raise TransportFailure(str(exc)) from exc
         except PiperError as exc:
             response = exc.response
-        return ApiResponse(
-            status=response.status_code,
-            body=_parse(response.text, response.headers.get("content-type", "")),
-            headers=response.headers,
-            text=response.text,
-        )
+        return ApiResponse.of(response)
 
     def close(self) -> None:
         self._client.close()

@@ -336,11 +336,6 @@ class ContextBudgetSerializer(StrictSerializer):
         max_value=context_service.BUDGET_RANGE["characters"][1],
     )
 
-    def validate(self, data: dict) -> dict:
-        if len(data) != 1:
-            raise serializers.ValidationError('exactly one of {"tokens": N} or {"characters": N}')
-        return data
-
 
 class ContextLimitsSerializer(StrictSerializer):
     facts = StrictIntegerField(required=False, min_value=0, max_value=50, help_text="Default 20.")
@@ -357,6 +352,9 @@ class ContextLimitsSerializer(StrictSerializer):
 
 
 class ContextInputSerializer(StrictSerializer):
+    """The request's shape; its rules (what must be given, one budget unit) are
+    context_assemble's, for every caller."""
+
     task = StrictCharField(
         required=False,
         allow_blank=True,
@@ -400,14 +398,6 @@ class ContextInputSerializer(StrictSerializer):
         if not isinstance(value, dict):
             raise serializers.ValidationError("must be a JSON object")
         return value
-
-    def validate(self, data: dict) -> dict:
-        given = (data.get("task") or "").strip() or data.get("thread_id") or data.get("session_id")
-        if not given:
-            raise serializers.ValidationError(
-                {"task": ["give a task, a thread_id or a session_id: there is nothing to fit to"]}
-            )
-        return data
 
 
 class ContextItemSerializer(serializers.Serializer):

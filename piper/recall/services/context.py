@@ -670,7 +670,8 @@ def context_assemble(
     checkpoint = None
     if thread is not None and thread.current_version:
         checkpoint = working_state_get(thread=thread)
-        if not _readable(checkpoint.source_event_id, clearance):
+        state = Evidence("state", str(checkpoint.thread_id), "", 0.0, {}, checkpoint)
+        if not cleared([state], clearance)[0]:
             checkpoint, withheld = None, withheld + 1
     if checkpoint is not None and "working_state" in wanted:
         candidates["working_state"] = _state_items(checkpoint, now)
@@ -814,16 +815,3 @@ def _cleared_items(
     kept, hidden = cleared(evidence, clearance)
     ids = {e.id for e in kept}
     return [i for i in items if i.id in ids], hidden
-
-
-def _readable(event_id, clearance: str | None) -> bool:
-    from ledger.models import Event
-    from piper.provenance import PRIVACY_ORDER
-
-    if clearance is None:
-        return True
-    privacy = (
-        Event.objects.filter(pk=event_id).values_list("privacy_class", flat=True).first()
-        or "internal"
-    )
-    return PRIVACY_ORDER.index(privacy) <= PRIVACY_ORDER.index(clearance)

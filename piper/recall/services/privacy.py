@@ -21,7 +21,7 @@ from .results import Evidence
 
 def _events_of(item: Evidence) -> list[uuid.UUID]:
     obj = item.obj
-    if item.kind == "fact":
+    if item.kind in ("fact", "state"):  # state: a working-state checkpoint
         return [obj.source_event_id]
     if item.kind == "episode":
         return [obj.raw_event_id]
