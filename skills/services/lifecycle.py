@@ -36,6 +36,7 @@ from ..models import (
     STATUS_TRANSITIONS,
     Execution,
     ExecutionStatus,
+    Skill,
     SkillVersion,
     Validation,
     ValidationKind,
@@ -72,11 +73,29 @@ def _check_reason(reason: object, *, required: bool) -> str:
 
 
 def locked_version(agent: Agent | None, version_id: uuid.UUID) -> SkillVersion:
-    versions = SkillVersion.objects.select_for_update(of=("self",)).select_related("skill", "agent")
+    """The version, locked for a change, after its skill's row.
+
+    Writers of one skill's versions queue on the skill first (the lock is held
+    to the end of the transaction). Validating a version locks the older ones
+    to deprecate them, while holding the agent's ledger chain: were the older
+    versions lockable without the skill, a report on one of them could hold it
+    and wait for that chain — a deadlock (scripts/chaos/state_races.py found it).
+    """
+    scope = SkillVersion.objects.filter(pk=version_id)
     if agent is not None:
-        versions = versions.filter(agent=agent)
-    version = versions.filter(pk=version_id).first()
-    if version is None:
+        scope = scope.filter(agent=agent)
+    skill_id = scope.values_list("skill_id", flat=True).first()
+    if skill_id is None:
+        raise NotFound(f"skill version {version_id} not found")
+    # NO KEY: a new version's insert (a key share on the skill) need not wait.
+    list(Skill.objects.select_for_update(no_key=True).filter(pk=skill_id).values_list("pk"))
+    version = (
+        SkillVersion.objects.select_for_update(of=("self",))
+        .select_related("skill", "agent")
+        .filter(pk=version_id)
+        .first()
+    )
+    if version is None:  # erased meanwhile
         raise NotFound(f"skill version {version_id} not found")
     return version
 
