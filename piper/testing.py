@@ -2,12 +2,15 @@
 
 Loaded by the root ``conftest.py`` (``pytest_plugins = ["piper.testing"]``).
 
-``celery_worker_process`` (session scope) starts ``celery -A piper worker`` as
-a child process that talks to the same Redis as the tests and to the *test*
-database pytest-django created, and consumes only this run's queue
-(``piper-test-<PIPER_TEST_RUN_ID>``, see ``piper/settings/test.py``), so test
-runs side by side never take each other's tasks. Tests that use it must
-commit what the worker should see::
+``celery_worker_process`` gives a test ``celery -A piper worker``, a child
+process that talks to the same Redis as the tests and to the *test* database
+pytest-django created. The process is started once per pytest process and
+consumes only its own queue (``piper-test-<PIPER_TEST_RUN_ID>-worker``); tasks
+are sent there only while a test that asks for the fixture runs. Every other
+test's tasks go to the run's default queue (``piper-test-<PIPER_TEST_RUN_ID>``,
+see ``piper/settings/test.py``), which nobody consumes, so a worker started
+for one test never changes what another sees. Tests that use it must commit
+what the worker should see::
 
     @pytest.mark.django_db(transaction=True)
     def test_something(celery_worker_process):
@@ -377,13 +380,21 @@ def private_redis():
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup):
-    """A real Celery worker, consuming this run's queue, on the test database and the same Redis."""
+def session_celery_worker(django_db_setup):
+    """The worker process behind ``celery_worker_process``, started once per pytest
+    process. Asking for it alone sends it nothing: tests that want their tasks run
+    ask for ``celery_worker_process``."""
     from django.conf import settings
     from django.db import connection
 
     settings_dict = dict(connection.settings_dict)
-    worker = start_worker(settings_dict=settings_dict, queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+    # A queue of its own, not the run's default: the tasks of tests that did not ask
+    # for the worker stay where nobody takes them. Its own default is that queue, so
+    # the follow-up tasks its tasks queue come back to it.
+    queue = f"{settings.CELERY_TASK_DEFAULT_QUEUE}-worker"
+    worker = start_worker(
+        settings_dict=settings_dict, queue=queue, conf={"task_default_queue": queue}
+    )
     try:
         yield worker
     finally:
@@ -392,6 +403,59 @@ def celery_worker_process(django_db_setup):
         worker.stop()
         _forget(worker)
         shutil.rmtree(worker.log_path.parent, ignore_errors=True)
+
+
+@pytest.fixture
+def celery_worker_process(session_celery_worker):
+    """A real Celery worker on the test database and the same Redis, for this test only.
+
+    The worker process lives for the session (it takes seconds to start), but
+    tasks reach it only while a test that asks for it runs: the default queue
+    (every task goes there in tests, see ``piper/settings/test.py``) points at
+    the worker's queue until the test ends, and what the test left queued is
+    dropped before the next test starts.
+    """
+    from piper.celery import app
+
+    worker = session_celery_worker
+    # Read on every send (celery.app.routes.Router.route), so this routes the
+    # tasks sent from any thread of this process, a live server's too.
+    previous = app.conf.task_default_queue
+    app.conf.task_default_queue = worker.queue
+    try:
+        yield worker
+    finally:
+        app.conf.task_default_queue = previous
+        _drain(worker)
+
+
+def _drain(worker: WorkerProcess, timeout: float = 60) -> None:
+    """Drop what is still queued for ``worker`` and wait for the task it is running.
+
+    The worker has one process and takes one message at a time (acks_late,
+    prefetch 1), so once it answers a ping sent after the purge it has finished
+    whatever it was running; anything that task queued meanwhile is purged in
+    the next round."""
+    from piper.celery import app
+    from piper.tasks import ping
+
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        channel.queue_purge(worker.queue)
+        for _ in range(5):
+            result = ping.apply_async(args=["drain"], queue=worker.queue)
+            try:
+                result.get(timeout=timeout)
+            except Exception as exc:
+                raise AssertionError(
+                    f"the Celery worker did not finish the test's tasks within {timeout:.0f} s "
+                    f"({exc!r}); its log:\n{worker.log()}"
+                ) from exc
+            if not channel.queue_purge(worker.queue):
+                return
+        raise AssertionError(
+            f"the Celery worker's tasks kept queueing more; its log:\n{worker.log()}"
+        )
 
 
 def _forget(worker: WorkerProcess) -> None:
@@ -409,6 +473,25 @@ def _forget(worker: WorkerProcess) -> None:
     get_redis_connection("default").delete(WORKER_PREFIX + worker.hostname)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Drop the tasks no test asked a worker for from the shared Redis."""
+    from django.conf import settings
+
+    if not settings.configured or not getattr(settings, "REDIS_URL", None):
+        return
+    import redis
+
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    # REDIS_URL: the broker's server and database, in the form redis-py reads.
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+    try:
+        client.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
+    except redis.RedisError:
+        pass  # tidying only: it must not turn a finished run red
+    finally:
+        client.close()
+
+
 def pytest_configure(config):
     from django.db.backends.signals import connection_created
 
@@ -420,7 +503,9 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "celery_worker_process" in getattr(item, "fixturenames", ()):
+        if {"celery_worker_process", "session_celery_worker"} & set(
+            getattr(item, "fixturenames", ())
+        ):
             item.add_marker(pytest.mark.worker)
 
 

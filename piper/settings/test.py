@@ -21,10 +21,13 @@ if XDIST_WORKER and not RUN_ID.endswith(f"-{XDIST_WORKER}"):
     RUN_ID = os.environ["PIPER_TEST_RUN_ID"] = f"{RUN_ID}-{XDIST_WORKER}"
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PIPER_TEST_DB", "test_piper")}  # noqa: F405
 CACHES["default"]["KEY_PREFIX"] = f"piper-test-{RUN_ID}"  # noqa: F405
+# Nobody consumes this queue: the celery_worker_process fixture points the
+# default queue at its worker's own queue only while a test that asks for it
+# runs (piper/testing.py), so no other test's tasks run behind its back.
 CELERY_TASK_DEFAULT_QUEUE = f"piper-test-{RUN_ID}"
-# Sandbox tasks go to this run's queue too, so the test worker runs them.
-SKILLS_SANDBOX_QUEUE = CELERY_TASK_DEFAULT_QUEUE
-CELERY_TASK_ROUTES = {"skills.sandbox.*": {"queue": SKILLS_SANDBOX_QUEUE}}
+# No routes: sandbox tasks follow the default queue wherever the fixture points
+# it (a fixed route would be read once, when Celery builds its router).
+CELERY_TASK_ROUTES = {}
 # Tests hold their rows in an uncommitted transaction that another connection
 # cannot see: the context's searches run in the test's thread (one test turns
 # the worker threads on, with committed rows).

@@ -85,3 +85,26 @@ def test_healthz_reports_the_running_worker(celery_worker_process, client):
     assert body["worker"]["ok"] is True
     assert body["worker"]["ttl_seconds"] == 30
     assert 0 <= body["worker"]["workers"][celery_worker_process.hostname] < 30
+
+
+def test_tasks_of_a_test_that_did_not_ask_for_the_worker_stay_queued(session_celery_worker):
+    """The worker process is up, as after any worker test in this pytest process, but
+    this test did not ask for ``celery_worker_process``: what its commits queue must
+    not run behind its back (in CI it rendered facts and validated skill versions
+    that later transactional tests did not expect)."""
+    from django.conf import settings
+    from django_redis import get_redis_connection
+
+    sent = []
+    with transaction.atomic():
+        transaction.on_commit(lambda: sent.append(ping.delay("not for the worker")))
+    [result] = sent
+    # Sent after ours: the idle worker takes messages one at a time as they come, so by
+    # the time it answers this it would have taken ours, had it been listening for it.
+    worker = session_celery_worker
+    barrier = ping.apply_async(args=["barrier"], queue=worker.queue).get(timeout=30)
+
+    assert barrier["echo"] == "barrier"
+    assert result.state == "PENDING"
+    queued = get_redis_connection("default").lrange(settings.CELERY_TASK_DEFAULT_QUEUE, 0, -1)
+    assert any(result.id.encode() in message for message in queued)
