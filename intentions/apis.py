@@ -47,6 +47,7 @@ from .serializers import (
     ReasonInputSerializer,
     ResumeOutputSerializer,
     SessionInputSerializer,
+    SkipInputSerializer,
     ThreadCreateInputSerializer,
     ThreadDetailOutputSerializer,
     ThreadListQuerySerializer,
@@ -432,7 +433,9 @@ class IntentionCompleteApi(APIView):
         "Complete an intention, with evidence",
         "A one-shot intention never fires again. A recurring one arms its next occurrence "
         "(or ends when its rule has none). Intentions waiting for this one fire when all "
-        "they wait for is done. 409 invalid_transition for a cancelled or expired one.",
+        "they wait for is done. 409 invalid_transition for a cancelled or expired one. Send "
+        "occurrence to complete only that one: 409 stale_occurrence when a concurrent or "
+        "repeated completion already moved a recurring intention past it.",
     )
     def post(self, request, intention_id):
         return _action(
@@ -446,14 +449,15 @@ class IntentionCompleteApi(APIView):
 
 class IntentionSkipApi(APIView):
     @_action_schema(
-        ReasonInputSerializer,
+        SkipInputSerializer,
         "Skip this occurrence of a recurring intention",
-        "It moves on to its next occurrence. 409 not_recurring for a one-shot (cancel it).",
+        "It moves on to its next occurrence. 409 not_recurring for a one-shot (cancel it); "
+        "409 stale_occurrence when occurrence is sent and already passed.",
     )
     def post(self, request, intention_id):
         return _action(
             request,
-            ReasonInputSerializer,
+            SkipInputSerializer,
             lambda data: lifecycle.intention_skip(
                 agent=request.user, intention_id=intention_id, **data
             ),

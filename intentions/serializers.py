@@ -401,14 +401,26 @@ class IntentionDueQuerySerializer(CursorQuerySerializer):
     thread = serializers.UUIDField(required=False, help_text="A thread's id.")
 
 
+OCCURRENCE_HELP = (
+    "The occurrence you mean (the intention's `occurrence` as you read it). When the "
+    "intention has moved past it — another completion got there first — the answer is 409 "
+    "stale_occurrence, instead of the next occurrence being completed too."
+)
+
+
 class CompleteInputSerializer(StrictSerializer):
     evidence = serializers.JSONField(
         required=False, allow_null=True, default=None, help_text="What shows it was done."
     )
+    occurrence = StrictIntegerField(min_value=1, required=False, help_text=OCCURRENCE_HELP)
 
 
 class ReasonInputSerializer(StrictSerializer):
     reason = StrictCharField(max_length=MAX_REASON, required=False, allow_blank=True, default="")
+
+
+class SkipInputSerializer(ReasonInputSerializer):
+    occurrence = StrictIntegerField(min_value=1, required=False, help_text=OCCURRENCE_HELP)
 
 
 class FailInputSerializer(StrictSerializer):

@@ -419,24 +419,45 @@ def intention_start(*, agent: Agent, intention_id: uuid.UUID) -> Intention:
     return intention
 
 
-def intention_complete(*, agent: Agent, intention_id: uuid.UUID, evidence: Any = None) -> Intention:
+def intention_complete(
+    *, agent: Agent, intention_id: uuid.UUID, evidence: Any = None, occurrence: int | None = None
+) -> Intention:
     """Done. A recurring intention moves on to its next occurrence (or ends when
     the rule has none); dependents whose dependencies are all done fire.
-    Completing a cancelled or expired intention is a Conflict."""
-    return _finish(agent, intention_id, evidence=evidence, skipped=False)
+    Completing a cancelled or expired intention is a Conflict. With
+    `occurrence`, only that occurrence is completed: Conflict stale_occurrence
+    when the intention has moved past it (a concurrent or repeated completion
+    would otherwise complete the next occurrence too)."""
+    return _finish(agent, intention_id, evidence=evidence, skipped=False, occurrence=occurrence)
 
 
-def intention_skip(*, agent: Agent, intention_id: uuid.UUID, reason: str = "") -> Intention:
+def intention_skip(
+    *, agent: Agent, intention_id: uuid.UUID, reason: str = "", occurrence: int | None = None
+) -> Intention:
     """Skip this occurrence of a recurring intention: it moves to the next. A
     skip never releases dependents. When it was the last occurrence and none
     was ever completed, the series ended without success: the blocked
     intentions waiting on it are cancelled (dependents_cancel), with the
-    reason "dependency <id> ended without success"."""
+    reason "dependency <id> ended without success". `occurrence` as for
+    intention_complete."""
     reason = _check_reason(reason)
-    return _finish(agent, intention_id, evidence={"skipped": True, "reason": reason}, skipped=True)
+    return _finish(
+        agent,
+        intention_id,
+        evidence={"skipped": True, "reason": reason},
+        skipped=True,
+        occurrence=occurrence,
+    )
 
 
-def _finish(agent: Agent, intention_id: uuid.UUID, *, evidence: Any, skipped: bool) -> Intention:
+def _finish(
+    agent: Agent,
+    intention_id: uuid.UUID,
+    *,
+    evidence: Any,
+    skipped: bool,
+    occurrence: int | None = None,
+) -> Intention:
     if evidence is not None and (problem := json_storage_error(evidence, path="evidence")):
         raise InvalidInput(problem, details={"evidence": [problem]})
     with transaction.atomic():
@@ -454,6 +475,13 @@ def _finish(agent: Agent, intention_id: uuid.UUID, *, evidence: Any, skipped: bo
                 f"intention is {intention.status}; it cannot be completed",
                 code="invalid_transition",
                 details={"status": intention.status, "to": "completed"},
+            )
+        if occurrence is not None and occurrence != intention.occurrence:
+            raise Conflict(
+                f"occurrence {occurrence} is not pending: the intention is at occurrence "
+                f"{intention.occurrence}; read it again",
+                code="stale_occurrence",
+                details={"current_occurrence": intention.occurrence, "occurrence": occurrence},
             )
         following = None
         if intention.rrule:

@@ -1852,7 +1852,7 @@ class TestLifecycle:
     @pytest.mark.parametrize(
         ("action", "body", "field", "message"),
         [
-            ("complete", {"proof": 1}, "proof", "unknown field; allowed: evidence"),
+            ("complete", {"proof": 1}, "proof", "unknown field; allowed: evidence, occurrence"),
             ("cancel", {"reason": 5}, "reason", "Not a valid string."),
             (
                 "cancel",
@@ -1866,7 +1866,7 @@ class TestLifecycle:
                 "reason",
                 "Ensure this field has no more than 250 characters.",
             ),
-            ("skip", {"why": "x"}, "why", "unknown field; allowed: reason"),
+            ("skip", {"why": "x"}, "why", "unknown field; allowed: occurrence, reason"),
             ("start", {"now": True}, "now", "unknown field; allowed: "),
             ("fire", {"at": "now"}, "at", "unknown field; allowed: "),
             ("expire", {"x": 1}, "x", "unknown field; allowed: "),

@@ -42,9 +42,13 @@ class Intentions(Resource):
         return self._move(intention_id, "start")
 
     @operation
-    def complete(self, intention_id: str, *, evidence: Any = None) -> m.IntentionDetail:
-        """Done: a one-shot intention never fires again; a recurring one waits for its next."""
-        return self._move(intention_id, "complete", body(evidence=evidence))
+    def complete(
+        self, intention_id: str, *, evidence: Any = None, occurrence: int | None = None
+    ) -> m.IntentionDetail:
+        """Done: a one-shot intention never fires again; a recurring one waits for its next.
+        With `occurrence` (as read), only that one: Conflict stale_occurrence when a
+        concurrent or repeated completion already moved past it."""
+        return self._move(intention_id, "complete", body(evidence=evidence, occurrence=occurrence))
 
     @operation
     def cancel(self, intention_id: str, *, reason: str | None = None) -> m.IntentionDetail:
@@ -52,9 +56,11 @@ class Intentions(Resource):
         return self._move(intention_id, "cancel", body(reason=reason))
 
     @operation
-    def skip(self, intention_id: str, *, reason: str | None = None) -> m.IntentionDetail:
-        """Pass over this occurrence of a recurring intention."""
-        return self._move(intention_id, "skip", body(reason=reason))
+    def skip(
+        self, intention_id: str, *, reason: str | None = None, occurrence: int | None = None
+    ) -> m.IntentionDetail:
+        """Pass over this occurrence of a recurring intention (`occurrence` as for complete)."""
+        return self._move(intention_id, "skip", body(reason=reason, occurrence=occurrence))
 
     @operation
     def fail(self, intention_id: str, *, reason: str) -> m.IntentionDetail:
