@@ -16,7 +16,10 @@ round the answers and the database must show exactly one winner.
   request 409 invalid_transition, and the dependent fired exactly once; if
   cancellation won, every complete is 409 invalid_transition, every cancel
   200 (documented: cancelling a cancelled intention changes nothing) and the
-  dependent is cancelled with it, never fired.
+  dependent is cancelled with it, never fired. Every other round the
+  intention is a daily one and the clients complete or skip occurrence 1
+  (naming it): one is 200, the others 409 stale_occurrence, and the
+  intention is at occurrence 2 with one completion.
 * promotion: an experimental skill version one verified success short of
   validated; half the clients promote it, half report that success (each
   report promotes it automatically once the evidence is there). Exactly one
@@ -197,9 +200,50 @@ def handover_round(http, server, key, agent, n: int, clients: int, tally: Tally)
 # ------------------------------------------------------------------------ intention
 
 
+def recurring_round(http, server, key, agent, n: int, clients: int, tally: Tally) -> None:
+    from intentions.models import Intention, Transition
+
+    made = http.post(
+        "/api/v1/intentions",
+        json={
+            "description": f"daily {n}",
+            "trigger_type": "time",
+            "due_at": "2030-01-07T09:00:00Z",
+            "rrule": "FREQ=DAILY",
+        },
+    )
+    assert made.status_code == 201, made.text
+    iid = made.json()["id"]
+    requests = [
+        Request(f"complete:{i}", "POST", f"/api/v1/intentions/{iid}/complete", {"occurrence": 1})
+        if i % 2 == 0
+        else Request(f"skip:{i}", "POST", f"/api/v1/intentions/{iid}/skip", {"occurrence": 1})
+        for i in range(clients)
+    ]  # fmt: skip
+    replies = race(server, key, requests)
+    tally.add(replies)
+    label = f"recurring round {n}"
+    final = Intention.objects.get(pk=iid)
+    done = Transition.objects.filter(intention_id=iid, to_status="completed").count()
+    won = [r for r in replies if r.status == 200]
+    lost = Counter(f"{r.status} {r.code}" for r in replies if r.status != 200)
+    expect(len(won) == 1, tally, f"{label}: {len(won)} answered 200")
+    expect(lost == Counter({"409 stale_occurrence": clients - 1}), tally, f"{label}: lost {lost}")
+    expect(
+        (final.status, final.occurrence, done) == ("active", 2, 1),
+        tally,
+        f"{label}: {final.status} at occurrence {final.occurrence}, {done} completions",
+    )
+    if won:
+        tally.outcomes[f"recurring: {won[0].label.split(':')[0]} won"] += 1
+
+
 def intention_round(http, server, key, agent, n: int, clients: int, tally: Tally) -> None:
     from intentions.models import Firing, Intention, Transition
     from ledger.models import Event
+
+    if n % 2 == 1:
+        return recurring_round(http, server, key, agent, n, clients, tally)
 
     made = http.post(
         "/api/v1/intentions", json={"description": f"race {n}", "trigger_type": "manual"}
