@@ -68,7 +68,7 @@ from .serializers import (
     SkillListQuerySerializer,
     SkillOutputSerializer,
     SkillPageSerializer,
-    SkillReasonInputSerializer,
+    SkillPromoteInputSerializer,
     SkillRequiredReasonInputSerializer,
     SkillTraceInputSerializer,
     SkillTraceListQuerySerializer,
@@ -220,11 +220,11 @@ class _TransitionApi(APIView):
 
 
 class VersionPromoteApi(_TransitionApi):
-    input_serializer = SkillReasonInputSerializer
+    input_serializer = SkillPromoteInputSerializer
     service = lifecycle.version_promote
 
     @extend_schema(
-        request=SkillReasonInputSerializer,
+        request=SkillPromoteInputSerializer,
         responses=VersionDetailOutputSerializer,
         parameters=[IDEMPOTENCY_KEY],
         summary="Promote one step, if the outcome evidence is there",
@@ -232,7 +232,9 @@ class VersionPromoteApi(_TransitionApi):
         "passed. experimental → validated: SKILLS_PROMOTION_SUCCESSES verified successful "
         "executions, or one externally verified execution plus a passing hold-out replay "
         "(validating deprecates the skill's earlier versions). Otherwise 409 evidence_missing "
-        "with what is missing; 409 invalid_transition for validated or retired versions.",
+        "with what is missing; 409 invalid_transition for validated or retired versions. "
+        "Send from_status (the status you read) to take one step only: 409 stale_status when "
+        "a concurrent promotion already moved the version.",
     )
     def post(self, request, version_id):
         return super().post(request, version_id)

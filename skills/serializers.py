@@ -211,6 +211,15 @@ class SkillReasonInputSerializer(StrictSerializer):
     reason = StrictCharField(max_length=300, required=False, allow_blank=True, default="")
 
 
+class SkillPromoteInputSerializer(SkillReasonInputSerializer):
+    from_status = version_status(
+        required=False,
+        help_text="The status you read. When the version is no longer in it — another "
+        "promotion got there first — the answer is 409 stale_status, instead of a second "
+        "step up.",
+    )
+
+
 class SkillRequiredReasonInputSerializer(StrictSerializer):
     reason = StrictCharField(max_length=300)
 

@@ -229,14 +229,27 @@ def _supersede_older(version: SkillVersion, actor: str) -> None:
 
 
 def version_promote(
-    *, agent: Agent, version_id: uuid.UUID, reason: str = "", actor: str = ""
+    *,
+    agent: Agent,
+    version_id: uuid.UUID,
+    reason: str = "",
+    actor: str = "",
+    from_status: str | None = None,
 ) -> SkillVersion:
     """Promote one step if the evidence is there; Conflict `evidence_missing`
     (with what is missing) otherwise, `invalid_transition` for a validated or
-    retired version."""
+    retired version. With `from_status`, only from that status: Conflict
+    `stale_status` when the version has left it (two promotions sent at once
+    would otherwise take two steps, e.g. deprecated → experimental → validated)."""
     reason = _check_reason(reason, required=False)
     with transaction.atomic():
         version = locked_version(agent, version_id)
+        if from_status is not None and version.status != from_status:
+            raise Conflict(
+                f"skill version is {version.status}, not {from_status}; read it again",
+                code="stale_status",
+                details={"status": version.status, "from_status": from_status},
+            )
         _promote_locked(version, reason, actor)
     return version
 

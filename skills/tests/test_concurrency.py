@@ -17,6 +17,7 @@ import pytest
 from django.conf import settings
 from django.db import connection, transaction
 
+from facts.tests.api_helpers import post
 from piper.errors import Conflict
 from piper.tenancy.tests.factories import AgentFactory
 from skills.models import SkillVersion, VersionTransition
@@ -115,3 +116,59 @@ def test_concurrent_promotions_and_reports_validate_once(in_process_sandbox):
     assert VersionTransition.objects.filter(version=version, to_status="validated").count() == 1
     assert outcomes.count("promoted") <= 1
     assert set(outcomes) <= {"promoted", "evidence_missing", "invalid_transition"}
+
+
+def deprecated_with_evidence():
+    """An older version deprecated by a newer validated one, its evidence intact."""
+    older = experimental(agent=AgentFactory(), holdout=[])
+    one_short(older)
+    report(older, record="INV-last", **VERIFIED)
+    newer = make_version(older.skill, holdout=[])
+    run_queued_validations(newer)
+    one_short(newer)
+    report(newer, record="INV-last", **VERIFIED)
+    older.refresh_from_db()
+    newer.refresh_from_db()
+    assert (older.status, newer.status) == ("deprecated", "validated")
+    return older
+
+
+def test_promotions_at_once_naming_the_status_take_one_step(in_process_sandbox):
+    """Promote is one step from where the version is: four at once of a
+    deprecated version with its evidence took two steps (deprecated →
+    experimental → validated). Naming the status read makes it one."""
+    older = deprecated_with_evidence()
+    outcomes: list[str] = []
+
+    def promote():
+        try:
+            lifecycle.version_promote(
+                agent=older.agent, version_id=older.pk, from_status="deprecated"
+            )
+            outcomes.append("promoted")
+        except Conflict as exc:
+            outcomes.append(exc.code)
+
+    assert [f for f in race([promote] * 4) if f] == []
+    assert sorted(outcomes) == ["promoted"] + ["stale_status"] * 3
+    older.refresh_from_db()
+    assert older.status == "experimental"
+
+
+def test_a_stale_from_status_is_409_and_changes_nothing(in_process_sandbox, client_a):
+    version = experimental(agent=client_a.agent, holdout=[])
+
+    response = post(
+        client_a, f"/api/v1/skills/versions/{version.pk}/promote", {"from_status": "candidate"}
+    )
+
+    assert response.status_code == 409
+    assert response.json() == {
+        "error": {
+            "code": "stale_status",
+            "message": "skill version is experimental, not candidate; read it again",
+            "details": {"status": "experimental", "from_status": "candidate"},
+        }
+    }
+    version.refresh_from_db()
+    assert version.status == "experimental"

@@ -101,10 +101,14 @@ class Skills(Resource):
         return get(f"/skills/validations/{validation_id}", m.Validation)
 
     @operation
-    def promote(self, version_id: str, *, reason: str | None = None) -> m.SkillVersion:
-        """One step up (candidate → experimental → validated), if the evidence allows."""
+    def promote(
+        self, version_id: str, *, reason: str | None = None, from_status: str | None = None
+    ) -> m.SkillVersion:
+        """One step up (candidate → experimental → validated), if the evidence allows.
+        With `from_status` (as read), from that status only: Conflict stale_status when a
+        concurrent promotion already moved the version."""
         path = f"/skills/versions/{version_id}/promote"
-        return post(path, m.SkillVersion, body(reason=reason))
+        return post(path, m.SkillVersion, body(reason=reason, from_status=from_status))
 
     @operation
     def deprecate(self, version_id: str, *, reason: str) -> m.SkillVersion:
