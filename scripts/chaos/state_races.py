@@ -24,9 +24,12 @@ round the answers and the database must show exactly one winner.
   validated; half the clients promote it, half report that success (each
   report promotes it automatically once the evidence is there). Exactly one
   experimental → validated transition; at most one promote is 200, the
-  others 409 evidence_missing / invalid_transition; every report 201. Every
-  other round two versions of one skill get their last evidence at once: the
-  newer ends validated, the older deprecated, never two validated.
+  others 409 evidence_missing / invalid_transition; every report 201. In
+  every third round two versions of one skill get their last evidence at
+  once: the newer ends validated, the older deprecated, never two validated.
+  In every third round a deprecated version with its evidence is promoted by
+  every client naming the status it read (from_status): one step, once; the
+  others 409 stale_status.
 
     .venv/bin/python scripts/chaos/state_races.py                    # all three, default rounds
     .venv/bin/python scripts/chaos/state_races.py --scenario intention --rounds 50 --clients 8
@@ -391,7 +394,10 @@ def promotion_round(http, server, key, agent, n: int, clients: int, tally: Tally
     label = f"promotion round {n}"
     name = f"measure-{n}-{uuid.uuid4().hex[:6]}"
     skill_id, first = _experimental_version(http, None, name)
-    two_versions = n % 2 == 1
+    kind = ("one version", "two versions", "re-promote")[n % 3]
+    if kind == "re-promote":
+        return repromote_round(http, server, key, skill_id, first, name, label, clients, tally)
+    two_versions = kind == "two versions"
     if two_versions:
         _, second = _experimental_version(http, skill_id, name)
         _one_short(http, first, needed)
@@ -459,12 +465,50 @@ def promotion_round(http, server, key, agent, n: int, clients: int, tally: Tally
     tally.outcomes["a promote won" if won else "a report's automatic promotion won"] += 1
 
 
+def repromote_round(http, server, key, skill_id, first, name, label, clients, tally) -> None:
+    """A deprecated version that still has its evidence, promoted by every client
+    at once, each naming the status it read: one step (to experimental), once."""
+    from django.conf import settings
+
+    from skills.models import VersionTransition
+
+    needed = settings.SKILLS_PROMOTION_SUCCESSES
+    _one_short(http, first, needed + 1)
+    _wait_status(http, first, "validated")
+    _, second = _experimental_version(http, skill_id, name)
+    _one_short(http, second, needed + 1)
+    _wait_status(http, first, "deprecated")
+    requests = [
+        Request(
+            f"promote:{i}",
+            "POST",
+            f"/api/v1/skills/versions/{first}/promote",
+            {"from_status": "deprecated"},
+        )
+        for i in range(clients)
+    ]
+    replies = race(server, key, requests)
+    tally.add(replies)
+    won = [r for r in replies if r.status == 200]
+    lost = Counter(f"{r.status} {r.code}" for r in replies if r.status != 200)
+    steps = VersionTransition.objects.filter(version_id=first, from_status="deprecated").count()
+    status = http.get(f"/api/v1/skills/versions/{first}").json()["status"]
+    expect(len(won) == 1, tally, f"{label}: {len(won)} promotes answered 200")
+    expect(lost == Counter({"409 stale_status": clients - 1}), tally, f"{label}: lost {lost}")
+    expect(
+        (status, steps) == ("experimental", 1),
+        tally,
+        f"{label}: ended {status} after {steps} steps up from deprecated",
+    )
+    tally.outcomes["re-promote: one step"] += (status, steps) == ("experimental", 1)
+
+
 # ----------------------------------------------------------------------------- main
 
 SCENARIOS = {
     "handover": (handover_round, 40),
     "intention": (intention_round, 40),
-    "promotion": (promotion_round, 16),
+    "promotion": (promotion_round, 18),
 }
 
 
