@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
-from piper.errors import PiperError
+from piper.errors import InvalidInput, PiperError
 from piper.provenance import SourceType
 
 from . import selectors, services
@@ -75,13 +75,20 @@ class EntityAdmin(ReadOnlyMixin, admin.ModelAdmin):
 class PredicateForm(forms.ModelForm):
     class Meta:
         model = Predicate
-        fields = ["volatility_seconds", "description"]
+        fields = ["volatility_seconds", "description", "aliases"]
+        help_texts = {"aliases": "Comma-separated words or phrases: due, due by"}
 
     def clean_volatility_seconds(self):
         value = self.cleaned_data["volatility_seconds"]
         if value is not None and value < 1:
             raise forms.ValidationError("at least 1 second, or empty for 'never re-check'")
         return value
+
+    def clean_aliases(self):
+        try:
+            return services.clean_aliases(self.cleaned_data["aliases"])
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.message) from exc
 
 
 @admin.register(Predicate)
@@ -100,7 +107,7 @@ class PredicateAdmin(admin.ModelAdmin):
     ]
     list_filter = ["cardinality", "value_type", "agent"]
     list_select_related = ["agent"]
-    search_fields = ["name", "description"]
+    search_fields = ["name", "description", "aliases"]
     ordering = ["name"]
     readonly_fields = ["id", "agent", "name", "cardinality", "value_type", "created_at"]
     fields = [
@@ -111,6 +118,7 @@ class PredicateAdmin(admin.ModelAdmin):
         "value_type",
         "volatility_seconds",
         "description",
+        "aliases",
         "created_at",
     ]
 
@@ -126,6 +134,7 @@ class PredicateAdmin(admin.ModelAdmin):
             name=obj.name,
             volatility_seconds=form.cleaned_data["volatility_seconds"],
             description=form.cleaned_data["description"],
+            aliases=form.cleaned_data["aliases"],
             provenance=services.Provenance(
                 source_type=SourceType.OPERATOR, actor=request.user.get_username()
             ),

@@ -105,6 +105,10 @@ class ValueType(models.TextChoices):
     ENTITY = "entity", "Entity (a relation)"
 
 
+MAX_PREDICATE_ALIASES = 20
+MAX_PREDICATE_ALIAS_CHARS = 100
+
+
 class Predicate(models.Model):
     """What a fact says about its subject: `lives_in`, `employer`, `status`."""
 
@@ -121,6 +125,13 @@ class Predicate(models.Model):
         help_text="How long a value can be trusted before it should be re-checked; empty: forever.",
     )
     description = models.TextField(blank=True, default="")
+    aliases = ArrayField(
+        models.CharField(max_length=MAX_PREDICATE_ALIAS_CHARS),
+        default=list,
+        blank=True,
+        help_text="Other words a question may use for it ('due', 'due by' for a deadline): "
+        "recall takes a question that uses one as asking for this predicate.",
+    )
     created_at = models.DateTimeField()
     source_event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
 

@@ -183,6 +183,7 @@ def _predicate_defined(event: Event, store: Store) -> Applied:
         "value_type": p["value_type"],
         "volatility_seconds": p["volatility_seconds"],
         "description": p["description"],
+        "aliases": p.get("aliases", []),  # events before aliases existed have none
     }
     predicate, created = Predicate.objects.update_or_create(
         id=uuid.UUID(p["predicate_id"]),
@@ -1159,6 +1160,7 @@ class _ReplayStore(Store):
             value_type=p_["value_type"],
             volatility_seconds=p_["volatility_seconds"],
             description=p_["description"],
+            aliases=p_.get("aliases", []),
         )
 
     def order_from(self, event: Event) -> None:

@@ -79,8 +79,10 @@ def render(
     aliases: Sequence[str] = (),
     values: Sequence[str] = (),
     description: str = "",
+    predicate_aliases: Sequence[str] = (),
 ) -> str:
-    """One pair as words: predicate — subject (other names): values. Description."""
+    """One pair as words: predicate — subject (other names): values. Description.
+    Also: the predicate's aliases."""
     text = f"{humanize(predicate)} — {subject}"
     others = [a for a in aliases if a.lower() != subject.lower()]
     if others:
@@ -89,13 +91,15 @@ def render(
         text += ": " + "; ".join(values)
     if description.strip():
         text += f". {description.strip()}"
+    if predicate_aliases:
+        text += f". Also: {', '.join(predicate_aliases)}"
     return text
 
 
 # ----------------------------------------------------------------- maintenance
 
 _RENDER_SQL = """
-SELECT w.s, w.p, e.name, pr.name, pr.description,
+SELECT w.s, w.p, e.name, pr.name, pr.description, pr.aliases,
        ARRAY(SELECT a.alias FROM facts_entityalias a
               WHERE a.agent_id = %(agent)s AND a.entity_id = w.s ORDER BY lower(a.alias)),
        (SELECT coalesce(json_agg(json_build_object('entity', o.name, 'value', f.object_value)
@@ -207,7 +211,16 @@ def fact_texts_refresh(
                 rows = cursor.fetchall()
             found: set[Pair] = set()
             ids, out_subjects, out_predicates, texts = [], [], [], []
-            for s, pr, subject, predicate, description, aliases, believed in rows:
+            for (
+                s,
+                pr,
+                subject,
+                predicate,
+                description,
+                predicate_aliases,
+                aliases,
+                believed,
+            ) in rows:
                 found.add((s, pr))
                 values = [
                     b["entity"] if b["entity"] is not None else render_value(b["value"])
@@ -223,6 +236,7 @@ def fact_texts_refresh(
                         aliases=aliases,
                         values=values,
                         description=description,
+                        predicate_aliases=predicate_aliases,
                     )
                 )
             rendered += len(rows)

@@ -28,7 +28,15 @@ from piper.api.serializers import (
 )
 from piper.provenance import Authority, SourceType
 
-from .models import Cardinality, Fact, FactOrigin, FactStatus, ValueType
+from .models import (
+    MAX_PREDICATE_ALIAS_CHARS,
+    MAX_PREDICATE_ALIASES,
+    Cardinality,
+    Fact,
+    FactOrigin,
+    FactStatus,
+    ValueType,
+)
 from .services import MAX_BATCH, MAX_NAME, MISSING, ClaimInput, Provenance
 
 ENTITY_REF_HELP = "An entity id, or any of the entity's names (case-insensitive)."
@@ -143,6 +151,14 @@ class PredicateDefineInputSerializer(StrictSerializer):
         help_text="How long a value can be trusted before it should be re-checked; null: forever.",
     )
     description = StrictCharField(required=False, allow_blank=True, max_length=2000)
+    aliases = serializers.ListField(
+        child=StrictCharField(max_length=MAX_PREDICATE_ALIAS_CHARS),
+        required=False,
+        max_length=MAX_PREDICATE_ALIASES,
+        help_text="Other words a question may use for this predicate ('due', 'due by' for a "
+        "deadline): recall takes a question that uses one as asking for it. Replaces the "
+        "list; [] removes them.",
+    )
 
 
 class PredicateOutputSerializer(serializers.Serializer):
@@ -152,6 +168,7 @@ class PredicateOutputSerializer(serializers.Serializer):
     value_type = serializers.ChoiceField(choices=ValueType.choices)
     volatility_seconds = serializers.IntegerField(allow_null=True)
     description = serializers.CharField()
+    aliases = serializers.ListField(child=serializers.CharField())
     created_at = serializers.DateTimeField()
     source_event_id = serializers.UUIDField()
 

@@ -299,9 +299,13 @@ def predicate_define(
     value_type: str | None = None,
     volatility_seconds: int | None | Any = MISSING,
     description: str | None = None,
+    aliases: Sequence[str] | None = None,
     provenance: Provenance = OPERATOR,
 ) -> Predicate:
     """Create a predicate, or change one. Unchanged definitions write nothing.
+
+    `aliases`: other words a question may use for it (recall, piper/recall/about.py);
+    trimmed, lower-cased, each once, in the order given.
 
     Raises Conflict (cardinality_conflict / value_type_conflict) when existing
     believed facts would break under the new definition.
@@ -328,6 +332,8 @@ def predicate_define(
             "volatility_seconds must be a positive integer or null",
             details={"volatility_seconds": ["invalid"]},
         )
+    if aliases is not None:
+        aliases = clean_aliases(aliases)
     with transaction.atomic():
         current = Predicate.objects.select_for_update().filter(agent=agent, name=name).first()
         definition = {
@@ -343,11 +349,18 @@ def predicate_define(
             "description": description
             if description is not None
             else (current.description if current else ""),
+            "aliases": aliases if aliases is not None else (current.aliases if current else []),
         }
         if current:
             unchanged = all(
                 getattr(current, key) == definition[key]
-                for key in ("cardinality", "value_type", "volatility_seconds", "description")
+                for key in (
+                    "cardinality",
+                    "value_type",
+                    "volatility_seconds",
+                    "description",
+                    "aliases",
+                )
             )
             if unchanged:
                 return current
@@ -355,6 +368,33 @@ def predicate_define(
         return _append_and_apply(
             agent=agent, drafts=[provenance.draft(p.PREDICATE_DEFINED, definition)]
         )[0].obj
+
+
+def clean_aliases(aliases: Any) -> list[str]:
+    from .models import MAX_PREDICATE_ALIAS_CHARS, MAX_PREDICATE_ALIASES
+
+    if isinstance(aliases, str) or not isinstance(aliases, Sequence):
+        raise InvalidInput(
+            'aliases must be a list of words or short phrases, e.g. ["due", "due by"]',
+            details={"aliases": ["not a list"]},
+        )
+    if len(aliases) > MAX_PREDICATE_ALIASES:
+        raise InvalidInput(
+            f"at most {MAX_PREDICATE_ALIASES} aliases per predicate (got {len(aliases)})",
+            details={"aliases": ["too many"]},
+        )
+    cleaned: list[str] = []
+    for alias in aliases:
+        text = " ".join(alias.split()).lower() if isinstance(alias, str) else ""
+        if not text or len(text) > MAX_PREDICATE_ALIAS_CHARS:
+            raise InvalidInput(
+                f"each alias is a word or phrase of 1 to {MAX_PREDICATE_ALIAS_CHARS} characters "
+                f"(got {alias!r})",
+                details={"aliases": ["invalid alias"]},
+            )
+        if text not in cleaned:
+            cleaned.append(text)
+    return cleaned
 
 
 def _check_redefinition(current: Predicate, definition: dict) -> None:

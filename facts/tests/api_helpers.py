@@ -102,6 +102,7 @@ def predicate_body(predicate: Predicate) -> dict:
         "value_type": predicate.value_type,
         "volatility_seconds": predicate.volatility_seconds,
         "description": predicate.description,
+        "aliases": predicate.aliases,
         "created_at": iso(predicate.created_at),
         "source_event_id": str(predicate.source_event_id),
     }

@@ -293,6 +293,38 @@ class TestPredicates:
             == 2
         )
 
+    def test_aliases_are_declared_replaced_and_cleared(self, client_a):
+        created = put(
+            client_a, "/api/v1/predicates/deadline", {"aliases": ["Due", "due  by", "due"]}
+        )
+        assert (created.status_code, created.json()["aliases"]) == (201, ["due", "due by"])
+        before = facts_state()
+        same = put(client_a, "/api/v1/predicates/deadline", {"aliases": ["due", "due by"]})
+        assert (same.status_code, same.json()) == (200, created.json())
+        assert facts_state() == before  # the same aliases again write nothing
+        kept = put(client_a, "/api/v1/predicates/deadline", {"description": "when it is due"})
+        assert kept.json()["aliases"] == ["due", "due by"]  # left out: kept
+        cleared = put(client_a, "/api/v1/predicates/deadline", {"aliases": []})
+        assert cleared.json()["aliases"] == []
+
+    @pytest.mark.parametrize(
+        ("aliases", "field"),
+        [
+            ("due", "aliases"),
+            (["x" * 101], "aliases.0"),
+            (["due"] * 21, "aliases"),
+            ([""], "aliases.0"),
+            ([7], "aliases.0"),
+        ],
+    )
+    def test_bad_aliases_are_refused_and_write_nothing(self, client_a, aliases, field):
+        before = facts_state()
+        response = put(client_a, "/api/v1/predicates/deadline", {"aliases": aliases})
+        assert response.status_code == 400, response.json()
+        assert response.json()["error"]["code"] == "invalid"
+        assert response.json()["error"]["message"].startswith(field.split(".")[0])
+        assert facts_state() == before
+
     def test_defaults_and_list_by_name(self, client_a):
         for name in ("works_for", "age"):
             assert put(client_a, f"/api/v1/predicates/{name}", {}).status_code == 201
@@ -362,7 +394,7 @@ class TestPredicates:
             (
                 {"name": "x"},
                 "name",
-                "unknown field; allowed: cardinality, description, value_type, volatility_seconds",
+                "unknown field; allowed: aliases, cardinality, description, value_type, volatility_seconds",
             ),
         ],
     )

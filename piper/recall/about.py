@@ -21,11 +21,28 @@ Subject — one of:
   window now?"): accepted only if the pair's text is similar enough
   (settings.PIPER_FACT_IMPLIED_MIN_SIMILARITY).
 
-Predicate — one of:
+Predicate — one of, the first that holds:
 * `stated`: a word of its name is in the question (light stemming: owns /
   owning, replicas / replica, deploy / deployment).
+* `alias`: one of the aliases the predicate was declared with is (every word
+  of it): `deadline` with aliases ["due", "due by"].
 * `described`: a word of its description is (describe a predicate to widen
   the words it is known by).
+* `phrased`: the question uses a phrase its family is asked with
+  (FAMILY_PHRASES, a small curated map: a `deadline` is asked "due" or "by
+  when", an `allocation` "working on" or "assigned to").
+* `synonym`: a word of the question shares a frequent WordNet sense with a
+  word of its name or aliases, or derives from one (assigned ↔ assignment,
+  delivered ↔ delivery) — piper/recall/lexicon.py.
+* `meaning`: of all the predicates the agent holds facts under, this one is
+  the nearest in meaning to what the question asks (the question with its
+  subject taken out, against each predicate's name and aliases, by
+  embedding), or within PIPER_FACT_MEANING_MARGIN of the nearest, at
+  PIPER_FACT_MEANING_MIN_SIMILARITY or more. When the question asks for a
+  kind of value — when (a time), where (a place), who (a person or group),
+  how many / how much (a quantity), which <noun> (the noun's kind) — only
+  predicates of that kind compete (kinds from WordNet's hypernyms). A
+  subject that lacks the nearest predicate does not answer with another.
 * `whole_subject`: the question names the subject and asks nothing more
   ("Tell me about the Sparrow service"): every pair of it answers.
 * `not_asked`: none of these. Rejected: a known subject's other predicate is
@@ -46,12 +63,13 @@ NAMED, OTHER_NAMED, UNNAMED, PARTIAL, IMPLIED = (
     "partial",
     "implied",
 )
-STATED, DESCRIBED, WHOLE_SUBJECT, NOT_ASKED = "stated", "described", "whole_subject", "not_asked"
+STATED, ALIAS, DESCRIBED, PHRASED = "stated", "alias", "described", "phrased"
+SYNONYM, MEANING, WHOLE_SUBJECT, NOT_ASKED = "synonym", "meaning", "whole_subject", "not_asked"
 SUBJECT_ACCEPTED = (NAMED, PARTIAL, IMPLIED)
-PREDICATE_ACCEPTED = (STATED, DESCRIBED, WHOLE_SUBJECT)
+PREDICATE_ACCEPTED = (STATED, ALIAS, DESCRIBED, PHRASED, SYNONYM, MEANING, WHOLE_SUBJECT)
 # Best first, for ordering what is accepted.
 SUBJECT_ORDER = {NAMED: 0, PARTIAL: 1, IMPLIED: 2}
-PREDICATE_ORDER = {STATED: 0, DESCRIBED: 1, WHOLE_SUBJECT: 2}
+PREDICATE_ORDER = {p: n for n, p in enumerate(PREDICATE_ACCEPTED)}
 
 
 def _wordset(text: str) -> frozenset[str]:
@@ -124,6 +142,81 @@ def humanize(predicate_name: str) -> str:
     return re.sub(r"[._]+", " ", predicate_name).strip()
 
 
+# How people ask for common attributes, by a word of the predicate's name: a
+# small curated map (suite G3 measures recall on phrasings that are not here).
+FAMILY_PHRASES: dict[str, tuple[str, ...]] = {
+    "deadline": ("due", "due by", "by when"),
+    "due": ("due", "due by", "by when"),
+    "location": ("held", "take place", "taking place", "takes place"),
+    "venue": ("held", "take place", "taking place", "takes place"),
+    "allocation": ("working on", "work on", "assigned to", "busy with"),
+    "assignment": ("working on", "work on", "assigned to", "busy with"),
+    "owner": ("owns", "responsible for", "in charge of"),
+    "headcount": ("how many people", "how big"),
+    "size": ("how many people", "how big"),
+    "status": ("doing",),
+    "state": ("doing",),
+    "budget": ("how much money", "budgeted"),
+}
+
+
+# What kind of value a question asks for, by its question words (KIND_ANCHORS
+# in lexicon.py name the kinds); "which <noun>" asks for the noun's kind.
+KIND_CUES: tuple[tuple[re.Pattern, tuple[str, ...]], ...] = (
+    (re.compile(r"\bwhen\b|\bby when\b|\bhow soon\b"), ("time",)),
+    (re.compile(r"\bwhere\b"), ("place",)),
+    (re.compile(r"\bwho\b|\bwhom\b|\bwhose\b"), ("person", "group")),
+    (re.compile(r"\bhow (many|much|big)\b"), ("quantity",)),
+)
+_WHICH_NOUN = re.compile(r"\b(?:which|what)\s+([a-z]+)")
+
+
+def asked_kinds(text: str) -> frozenset[str]:
+    """The kinds of value the question asks for (empty: it does not say)."""
+    from . import lexicon
+
+    lowered = " ".join(words(text))
+    kinds: set[str] = set()
+    for pattern, cue in KIND_CUES:
+        if pattern.search(lowered):
+            kinds.update(cue)
+    for match in _WHICH_NOUN.finditer(lowered):
+        noun = match.group(1)
+        if noun not in STOPWORDS:
+            kinds.update(lexicon.kinds(noun))
+    return frozenset(kinds)
+
+
+def predicate_kinds(name: str, aliases: Sequence[str] = ()) -> frozenset[str]:
+    """The kinds of a predicate's values, from the first sense of the head
+    (last) word of its name and of each alias: a `team_size` is a size (a
+    quantity), not a team; a `due_date` a day, not a companion."""
+    from . import lexicon
+
+    kinds: set[str] = set()
+    for phrase in (humanize(name), *aliases):
+        phrase_words = words(phrase)
+        if phrase_words:
+            kinds.update(lexicon.kinds(phrase_words[-1], senses=1))
+    return frozenset(kinds)
+
+
+# How a question for a value of each kind begins.
+_KIND_QUESTION = {
+    "time": "When is",
+    "place": "Where is",
+    "person": "Who is",
+    "quantity": "How many is",
+}
+
+
+def as_question(name: str, kinds: frozenset[str]) -> str:
+    """A predicate put as a question about "it": the shape its paraphrases
+    have ("When is the due date of it?"), for comparing them by embedding."""
+    opening = _KIND_QUESTION.get(next(iter(kinds)), "What is") if len(kinds) == 1 else "What is"
+    return f"{opening} the {humanize(name)} of it?"
+
+
 @dataclass(frozen=True)
 class Question:
     """A question's content words (stems), and the known things it names (entity ids)."""
@@ -131,11 +224,37 @@ class Question:
     words: frozenset[str]
     named: frozenset[uuid.UUID]
     said: dict[str, str]  # stem -> the word as the question has it
+    tokens: tuple[str, ...] = ()  # every word, in order
 
     @classmethod
     def of(cls, text: str, named: Iterable[uuid.UUID]) -> Question:
-        said = {stem(w): w for w in words(text) if w not in STOPWORDS}
-        return cls(frozenset(said), frozenset(named), said)
+        tokens = tuple(words(text))
+        said = {stem(w): w for w in tokens if w not in STOPWORDS}
+        return cls(frozenset(said), frozenset(named), said, tokens)
+
+
+def _says(tokens: Sequence[str], phrase: str) -> bool:
+    """Does the question have the phrase's words, in a row?"""
+    wanted = tuple(phrase.split())
+    return any(tokens[i : i + len(wanted)] == wanted for i in range(len(tokens)))
+
+
+@dataclass(frozen=True)
+class Meaning:
+    """How near a predicate is to what the question asks, against the nearest
+    of the agent's predicates that compete (see the module: `meaning`)."""
+
+    similarity: float
+    nearest: str  # the nearest predicate's name
+    nearest_similarity: float
+    accepted: bool
+
+    def as_dict(self) -> dict:
+        return {
+            "similarity": round(self.similarity, 4),
+            "nearest": self.nearest,
+            "nearest_similarity": round(self.nearest_similarity, 4),
+        }
 
 
 @dataclass(frozen=True)
@@ -143,6 +262,8 @@ class Verdict:
     subject: str
     predicate: str
     unexplained: tuple[str, ...] = ()  # the question's words nothing in the pair explains
+    via: str | None = None  # the words that made the predicate asked (alias, synonym)
+    meaning: Meaning | None = None
 
     @property
     def subject_ok(self) -> bool:
@@ -163,7 +284,18 @@ class Verdict:
         out = {"subject": self.subject, "predicate": self.predicate}
         if self.unexplained:
             out["unexplained"] = list(self.unexplained)
+        if self.via:
+            out["via"] = self.via
+        if self.meaning is not None and self.predicate in (MEANING, NOT_ASKED):
+            out["meaning"] = self.meaning.as_dict()
         return out
+
+
+@dataclass(frozen=True)
+class _Match:
+    verdict: str
+    explains: frozenset[str] = frozenset()  # question stems the match accounts for
+    via: str | None = None
 
 
 def judge(
@@ -173,13 +305,13 @@ def judge(
     subject_names: Sequence[str],
     predicate_name: str,
     predicate_description: str = "",
+    predicate_aliases: Sequence[str] = (),
+    meaning: Meaning | None = None,
 ) -> Verdict:
     """How `question` relates to one (subject, predicate) pair (see the module)."""
     names = [content_words(n) for n in subject_names]
     names = [n for n in names if n]
     name_words = set().union(*names) if names else set()
-    predicate_words = content_words(humanize(predicate_name))
-    described = content_words(predicate_description) - predicate_words
     asked = question.words - TIME_STEMS
 
     if subject_id in question.named or any(n <= question.words for n in names):
@@ -187,24 +319,73 @@ def judge(
     elif question.named:
         subject = OTHER_NAMED
     else:
-        leftover = asked - name_words - predicate_words - described - WHOLE_STEMS
+        match = _predicate(
+            question,
+            asked - name_words,
+            predicate_name,
+            predicate_description,
+            predicate_aliases,
+        )
+        leftover = asked - name_words - match.explains - WHOLE_STEMS
         if leftover:
-            predicate = _predicate(asked, predicate_words, described, whole=None)
             said = tuple(sorted(question.said.get(w, w) for w in leftover))
-            return Verdict(UNNAMED, predicate, said)
+            return Verdict(UNNAMED, match.verdict, said, via=match.via)
         subject = PARTIAL if name_words & question.words else IMPLIED
-    # Asking about a subject as a whole needs the subject in the question.
-    whole = asked - name_words if subject in (NAMED, PARTIAL) else None
-    return Verdict(subject, _predicate(asked, predicate_words, described, whole=whole))
+    # What the question asks beyond naming the subject.
+    beyond = asked - name_words if subject in (NAMED, PARTIAL) else asked
+    match = _predicate(question, beyond, predicate_name, predicate_description, predicate_aliases)
+    verdict = match.verdict
+    if verdict == NOT_ASKED and subject in (NAMED, PARTIAL) and not (beyond - WHOLE_STEMS):
+        verdict = WHOLE_SUBJECT  # asking about a subject as a whole needs the subject named
+    if verdict == NOT_ASKED and meaning is not None and meaning.accepted and subject == NAMED:
+        # Only a named subject: a paraphrase about a subject guessed from a
+        # part of its name, or none, would be two guesses in a row.
+        verdict = MEANING
+    return Verdict(subject, verdict, via=match.via, meaning=meaning)
 
 
 def _predicate(
-    asked: frozenset[str], predicate_words: set[str], described: set[str], *, whole: set | None
-) -> str:
-    if predicate_words & asked:
-        return STATED
-    if described & asked:
-        return DESCRIBED
-    if whole is not None and not (whole - WHOLE_STEMS):
-        return WHOLE_SUBJECT
-    return NOT_ASKED
+    question: Question,
+    asked: frozenset[str] | set[str],
+    name: str,
+    description: str,
+    aliases: Sequence[str],
+) -> _Match:
+    predicate_words = content_words(humanize(name))
+    if hit := predicate_words & asked:
+        return _Match(STATED, frozenset(predicate_words & question.words))
+    for alias in aliases:
+        alias_words = content_words(alias)
+        if alias_words and alias_words <= question.words:
+            return _Match(ALIAS, frozenset(alias_words), via=alias)
+    described = content_words(description) - predicate_words
+    if hit := described & asked:
+        return _Match(DESCRIBED, frozenset(hit))
+    for word in words(humanize(name)):
+        for phrase in FAMILY_PHRASES.get(word, ()):
+            if _says(question.tokens, phrase):
+                phrase_words = frozenset(content_words(phrase))
+                return _Match(PHRASED, phrase_words, via=f"{phrase} ~ {word}")
+    if synonym := _synonym(question, asked, [humanize(name), *aliases]):
+        return synonym
+    return _Match(NOT_ASKED)
+
+
+def _synonym(question: Question, asked, phrases: Sequence[str]) -> _Match | None:
+    """A question word and a predicate word that share a frequent WordNet sense,
+    or derive one from the other (lexicon.synonyms)."""
+    from . import lexicon
+
+    targets: dict[str, str] = {}
+    for phrase in phrases:
+        for word in words(phrase):
+            if word not in STOPWORDS:
+                for form in lexicon.forms(word):
+                    targets.setdefault(form, word)
+    for stemmed in sorted(asked):
+        said = question.said.get(stemmed, stemmed)
+        shared = lexicon.synonyms(said) & targets.keys()
+        if shared:
+            target = targets[min(shared)]
+            return _Match(SYNONYM, frozenset({stemmed}), via=f"{said} ~ {target}")
+    return None

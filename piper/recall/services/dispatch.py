@@ -65,6 +65,12 @@ def group_by_session(evidence: Sequence[Evidence]) -> list[dict[str, Any]]:
     return out
 
 
+def _names_one_subject(agent: Agent, query: str) -> bool:
+    from facts.search import entities_named_in
+
+    return len({m.entity.pk for m in entities_named_in(agent=agent, text=query)}) == 1
+
+
 def recall(
     *,
     agent: Agent,
@@ -112,7 +118,22 @@ def recall(
     else:
         decision = router.explicit(route)
     ask = Ask(agent, query, vector, limit, filters, context or {}, scopes, now)
-    answer = HANDLERS[decision.route](ask)
+    answer = None
+    if router.may_ask_an_attribute(decision) and _names_one_subject(agent, query):
+        # "When is the billing export due?": one known subject named and one of
+        # its stated attributes asked is a current fact, whatever else the
+        # words suggest (what_to_do's "is due"); multi-hop needs two subjects.
+        attempt = route_current_fact(ask)
+        if not attempt.abstained and len(attempt.details["facts"]["named"]) == 1:
+            answer = attempt
+            decision = dataclasses.replace(
+                decision,
+                route=Route.CURRENT_FACT,
+                rule="current_fact.one_subject_attribute",
+                overridden=decision.route,
+            )
+    if answer is None:
+        answer = HANDLERS[decision.route](ask)
     fallback = FALLBACK.get(decision.route)
     if fallback and not decision.explicit and not answer.candidates:
         # A classified route whose store had nothing at all to consider: what

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import threading
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -74,6 +77,107 @@ def _subject_names(agent: Agent, subject_ids) -> dict[uuid.UUID, list[str]]:
     return names
 
 
+_phrase_lock = threading.Lock()
+_phrase_vectors: dict[tuple[str, str], list[float]] = {}
+MAX_CACHED_PHRASES = 50_000
+
+
+def _phrase_vectors_of(embedder, phrases: Sequence[str]) -> list[list[float]]:
+    """Embeddings of predicate phrases, computed once per process and model."""
+    with _phrase_lock:
+        known = {p: _phrase_vectors.get((embedder.name, p)) for p in phrases}
+    missing = [p for p, vector in known.items() if vector is None]
+    if missing:
+        known.update(zip(missing, embedder.embed(missing), strict=True))
+        with _phrase_lock:
+            if len(_phrase_vectors) + len(missing) > MAX_CACHED_PHRASES:
+                _phrase_vectors.clear()
+            _phrase_vectors.update(((embedder.name, p), known[p]) for p in missing)
+    return [known[p] for p in phrases]
+
+
+def _without_subjects(query: str, named) -> str:
+    """The question with the things it names taken out ("it"): what it asks of them."""
+    for match in sorted(named, key=lambda m: -len(m.alias)):
+        query = re.sub(rf"(?i)\b{re.escape(match.alias)}\b", "it", query)
+    return re.sub(r"(?i)\b(the|a|an) it\b", "it", query)
+
+
+@dataclass(frozen=True)
+class PredicateSimilarity:
+    """What the question asks of the subject it names, against every predicate
+    of the agent that competes (about.py: `meaning`)."""
+
+    similarity: dict[uuid.UUID, float]
+    names: dict[uuid.UUID, str]
+    competing: frozenset[uuid.UUID]
+
+    def meaning(self, predicate_id: uuid.UUID, subject_predicates) -> about.Meaning | None:
+        """The predicate's meaning verdict, among the subject's predicates:
+        the subject's nearest competing predicate is asked when it is similar
+        enough, clear of the subject's next one, and not far below the agent's
+        nearest (a predicate the subject lacks)."""
+        if predicate_id not in self.similarity:
+            return None
+        ranked = sorted(
+            (p for p in set(subject_predicates) if p in self.competing),
+            key=lambda p: (-self.similarity[p], self.names[p]),
+        )
+        nearest = max(self.competing, key=lambda p: (self.similarity[p], self.names[p]))
+        value = self.similarity[predicate_id]
+        best = self.similarity[nearest]
+        accepted = (
+            bool(ranked)
+            and ranked[0] == predicate_id
+            and value >= settings.PIPER_FACT_MEANING_MIN_SIMILARITY
+            and (len(ranked) < 2 or value - self.similarity[ranked[1]] >= MEANING_SUBJECT_MARGIN)
+            and best - value <= settings.PIPER_FACT_MEANING_MARGIN
+        )
+        return about.Meaning(
+            similarity=value,
+            nearest=self.names[nearest],
+            nearest_similarity=best,
+            accepted=accepted,
+        )
+
+
+# The subject's nearest predicate must be this much nearer than its next one.
+MEANING_SUBJECT_MARGIN = 0.03
+
+
+def predicate_similarity(ask: Ask, named) -> PredicateSimilarity | None:
+    """How near each of the agent's predicates (its name, or an alias) is to
+    what the question asks of the subject it names; None when it names none."""
+    from facts.models import Predicate
+
+    if not named:
+        return None
+    rows = list(Predicate.objects.filter(agent=ask.agent).values_list("id", "name", "aliases"))
+    if not rows:
+        return None
+    kinds_asked = about.asked_kinds(ask.query)
+    phrases: list[tuple[uuid.UUID, str]] = []
+    competing: set[uuid.UUID] = set()
+    for predicate_id, name, aliases in rows:
+        kinds = about.predicate_kinds(name, aliases)
+        phrases += [(predicate_id, about.as_question(n, kinds)) for n in (name, *aliases)]
+        # A predicate of another kind than the one asked for does not compete;
+        # one whose kind WordNet does not know does.
+        if not kinds_asked or not kinds or kinds & kinds_asked:
+            competing.add(predicate_id)
+    if not competing:
+        return None
+    embedder = ask.vector.embedder
+    residue = embedder.embed_one(_without_subjects(ask.query, named))
+    vectors = _phrase_vectors_of(embedder, [phrase for _, phrase in phrases])
+    similarity: dict[uuid.UUID, float] = {}
+    for (predicate_id, _), vector in zip(phrases, vectors, strict=True):
+        value = sum(a * b for a, b in zip(residue, vector, strict=True))
+        similarity[predicate_id] = max(value, similarity.get(predicate_id, -1.0))
+    names = {predicate_id: name for predicate_id, name, _ in rows}
+    return PredicateSimilarity(similarity, names, frozenset(competing))
+
+
 def _abstention_reason(verdicts: Sequence[about.Verdict], *, answering: int, weak: int) -> str:
     """Why no fact answered, in one word."""
     if not verdicts:
@@ -106,27 +210,46 @@ def route_current_fact(ask: Ask) -> Answer:
         named=named,
     )
     question = about.Question.of(ask.query, (m.entity.pk for m in named))
+    held_by: dict[uuid.UUID, set[uuid.UUID]] = {}
+    for candidate in candidates:
+        held_by.setdefault(candidate.fact_text.subject_id, set()).add(
+            candidate.fact_text.predicate_id
+        )
     names = _subject_names(ask.agent, {c.fact_text.subject_id for c in candidates})
     implied_floor = settings.PIPER_FACT_IMPLIED_MIN_SIMILARITY
-    judged = []
-    weak = 0
-    for candidate in candidates:
-        text = candidate.fact_text
-        verdict = about.judge(
-            question,
-            subject_id=text.subject_id,
-            subject_names=names.get(text.subject_id) or [text.subject.name],
-            predicate_name=text.predicate.name,
-            predicate_description=text.predicate.description,
-        )
-        accepted = verdict.accepted
-        if accepted and verdict.subject == about.IMPLIED:
-            # No subject in the question: only a close text answers it.
-            similarity = candidate.signals.get("vector_similarity")
-            if similarity is None or similarity < implied_floor:
-                accepted = False
-                weak += 1
-        judged.append((candidate, verdict, accepted))
+
+    def judge_all(nearness: PredicateSimilarity | None = None):
+        judged, weak = [], 0
+        for candidate in candidates:
+            text = candidate.fact_text
+            verdict = about.judge(
+                question,
+                subject_id=text.subject_id,
+                subject_names=names.get(text.subject_id) or [text.subject.name],
+                predicate_name=text.predicate.name,
+                predicate_description=text.predicate.description,
+                predicate_aliases=text.predicate.aliases,
+                meaning=nearness.meaning(text.predicate_id, held_by[text.subject_id])
+                if nearness
+                else None,
+            )
+            accepted = verdict.accepted
+            if accepted and verdict.subject == about.IMPLIED:
+                # No subject in the question: only a close text answers it.
+                similarity = candidate.signals.get("vector_similarity")
+                if similarity is None or similarity < implied_floor:
+                    accepted = False
+                    weak += 1
+            judged.append((candidate, verdict, accepted))
+        return judged, weak
+
+    judged, weak = judge_all()
+    named_pairs = [(v, accepted) for _, v, accepted in judged if v.subject == about.NAMED]
+    # A subject named, but none of its predicates in the question's words: ask
+    # which of them the question means (the embedding, only then).
+    unanswered = named_pairs and not any(accepted for _, accepted in named_pairs)
+    if unanswered and (nearness := predicate_similarity(ask, named)):
+        judged, weak = judge_all(nearness)
     # What answers, best first: named subjects before implied ones, a stated
     # predicate before a described one; then the candidates' own order.
     order = {id(c): n for n, (c, _, _) in enumerate(judged)}

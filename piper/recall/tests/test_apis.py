@@ -18,7 +18,17 @@ from piper.tenancy.models import Scope
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/recall"
-ROUTE_KEYS = {"chosen", "explicit", "method", "rule", "matched", "scores", "nearest", "fallback"}
+ROUTE_KEYS = {
+    "chosen",
+    "explicit",
+    "method",
+    "rule",
+    "matched",
+    "scores",
+    "nearest",
+    "fallback",
+    "overridden",
+}
 STATUS_KEYS = {"source", "age_seconds", "authority", "currentness", "confidence"}
 
 

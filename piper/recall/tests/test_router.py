@@ -133,6 +133,7 @@ def test_the_decision_shows_every_matched_rule_and_every_score():
         },
         "nearest": None,
         "fallback": None,
+        "overridden": None,
     }
 
 
@@ -166,6 +167,7 @@ def test_explicit_routes_bypass_the_rules():
         "scores": {},
         "nearest": None,
         "fallback": None,
+        "overridden": None,
     }
 
 

@@ -372,6 +372,7 @@ class TestTrace:
             "scores": {},
             "nearest": None,
             "fallback": None,
+            "overridden": None,
         }
         assert RetrievalTrace.objects.get(pk=result.trace.pk).explicit is True
 

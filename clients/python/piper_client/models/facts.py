@@ -126,6 +126,7 @@ class Predicate(ApiModel):
     value_type: str
     volatility_seconds: int | None
     description: str
+    aliases: list[str] = []
     created_at: datetime
     source_event_id: str
 

@@ -20,6 +20,7 @@ class RecallRoute(ApiModel):
     scores: dict[str, Any]
     nearest: str | None
     fallback: str | None
+    overridden: str | None = None
 
 
 class EvidenceStatus(ApiModel):

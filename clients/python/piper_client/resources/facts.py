@@ -136,7 +136,9 @@ class Predicates(Resource):
     @operation
     def define(self, name: str, **definition: Any) -> m.Predicate:
         """Create or change a predicate: cardinality ("one"/"many"), value_type,
-        volatility_seconds, description. Fields left out keep their value."""
+        volatility_seconds, description, aliases (other words a question may use for
+        it: recall takes a question that uses one as asking for it). Fields left out
+        keep their value."""
         return put(f"/predicates/{name}", m.Predicate, body(**definition))
 
     @operation
