@@ -377,13 +377,11 @@ def classify_by_prototypes(query_embedding: list[float], embedder) -> Decision:
     )
 
 
-# Routes whose rules a question about one subject's attribute may match ("When
-# is the export due?" is what_to_do's "is due"; "Where is Alice's employer
-# based?" multi-hop's, and needs two subjects): a source or a procedure asked
-# for by its markers is never overridden.
-OVERRIDABLE: frozenset[str] = frozenset(
-    {Route.WHAT_TO_DO, Route.WHAT_HAPPENED, Route.MULTI_HOP, Route.CURRENT_FACT}
-)
+# Routes whose rules a question about one subject's attribute may match ("What
+# is due for the export?" is what_to_do's "is due"). A source or a procedure
+# asked for by its markers is never overridden, nor a relation chain the
+# multi-hop rules found ("the city of the company that Alice works for").
+OVERRIDABLE: frozenset[str] = frozenset({Route.WHAT_TO_DO, Route.WHAT_HAPPENED})
 # Above this score the words were sure (two strong markers).
 OVERRIDABLE_SCORE = 1.0
 
