@@ -4,8 +4,8 @@ Each service validates its request completely, then — in one transaction —
 appends the ledger events that carry it and applies them to the projection
 (`facts/projection.py`). Bad input raises before anything is written.
 Writers of one (agent, subject, predicate) are serialised by an advisory lock
-taken in a fixed order, and a write that still meets the exclusion
-constraint is retried: never a 5xx, never an overlap.
+taken in a fixed order — after the agent's ledger chain — and a write that
+still meets the exclusion constraint is retried: never a 5xx, never an overlap.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event
-from ledger.services import EventDraft, events_append, json_storage_error
+from ledger.services import EventDraft, chain_lock, events_append, json_storage_error
 from piper import safety
 from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
 from piper.ids import uuid7
@@ -502,6 +502,11 @@ def facts_assert(*, agent: Agent, claims: Sequence[ClaimInput]) -> list[p.Applie
         )
 
     def write() -> list[p.Applied]:
+        # The agent's chain first, then the pairs (as every facts writer): a
+        # retry after meeting a constraint runs in the same transaction, and
+        # writers queued on its chain lock stay queued until it commits — had
+        # one of them taken a pair this retry needs, that was a deadlock.
+        chain_lock(agent=agent)
         plan = _plan(agent, claims)
         p.lock_pairs(agent.pk, plan.locks)
         drafts = [prov.draft(p.ENTITY_CREATED, d) for prov, d in plan.new_entities.values()]
@@ -708,6 +713,7 @@ def _locked_fact(agent: Agent, fact_id: uuid.UUID) -> Fact:
     )
     if key is None:
         raise NotFound(f"fact {fact_id} not found")
+    chain_lock(agent=agent)  # before the pair, as in facts_assert
     p.lock_subject_predicate(agent.pk, *key)
     return Fact.objects.select_related("predicate").get(pk=fact_id)
 
