@@ -41,6 +41,7 @@ an unexplained answer).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -97,6 +98,8 @@ class Tally:
 
 
 def race(server: _stack.Server, key: str, requests: list[Request]) -> list[_stack.Reply]:
+    """Each request from its own client process, all at once. (A round takes any
+    `racer(requests) -> replies`: the test suite's short form races threads.)"""
     return _stack.run_processes(one_request, [(server.url, key, r) for r in requests])
 
 
@@ -112,7 +115,7 @@ def by_label(replies: list[_stack.Reply], prefix: str) -> list[_stack.Reply]:
 # ------------------------------------------------------------------------- handover
 
 
-def handover_round(http, server, key, agent, n: int, clients: int, tally: Tally) -> None:
+def handover_round(http, racer, agent, n: int, clients: int, tally: Tally) -> None:
     from intentions.models import Handover, Thread, WorkingState
     from ledger.models import Event
 
@@ -144,7 +147,7 @@ def handover_round(http, server, key, agent, n: int, clients: int, tally: Tally)
             )
             for i in range(clients)
         ]
-    replies = race(server, key, requests)
+    replies = racer(requests)
     tally.add(replies)
     handovers = list(Handover.objects.filter(thread_id=tid))
     events = Event.objects.filter(
@@ -203,7 +206,7 @@ def handover_round(http, server, key, agent, n: int, clients: int, tally: Tally)
 # ------------------------------------------------------------------------ intention
 
 
-def recurring_round(http, server, key, agent, n: int, clients: int, tally: Tally) -> None:
+def recurring_round(http, racer, agent, n: int, clients: int, tally: Tally) -> None:
     from intentions.models import Intention, Transition
 
     made = http.post(
@@ -223,7 +226,7 @@ def recurring_round(http, server, key, agent, n: int, clients: int, tally: Tally
         else Request(f"skip:{i}", "POST", f"/api/v1/intentions/{iid}/skip", {"occurrence": 1})
         for i in range(clients)
     ]  # fmt: skip
-    replies = race(server, key, requests)
+    replies = racer(requests)
     tally.add(replies)
     label = f"recurring round {n}"
     final = Intention.objects.get(pk=iid)
@@ -241,12 +244,12 @@ def recurring_round(http, server, key, agent, n: int, clients: int, tally: Tally
         tally.outcomes[f"recurring: {won[0].label.split(':')[0]} won"] += 1
 
 
-def intention_round(http, server, key, agent, n: int, clients: int, tally: Tally) -> None:
+def intention_round(http, racer, agent, n: int, clients: int, tally: Tally) -> None:
     from intentions.models import Firing, Intention, Transition
     from ledger.models import Event
 
     if n % 2 == 1:
-        return recurring_round(http, server, key, agent, n, clients, tally)
+        return recurring_round(http, racer, agent, n, clients, tally)
 
     made = http.post(
         "/api/v1/intentions", json={"description": f"race {n}", "trigger_type": "manual"}
@@ -269,7 +272,7 @@ def intention_round(http, server, key, agent, n: int, clients: int, tally: Tally
         else Request(f"cancel:{i}", "POST", f"/api/v1/intentions/{iid}/cancel", {"reason": f"by {i}"})
         for i in range(clients)
     ]  # fmt: skip
-    replies = race(server, key, requests)
+    replies = racer(requests)
     tally.add(replies)
     label = f"intention round {n}"
     final = Intention.objects.get(pk=iid)
@@ -385,7 +388,7 @@ def _one_short(http, version_id: str, needed: int) -> None:
         assert reported.status_code == 201, reported.text
 
 
-def promotion_round(http, server, key, agent, n: int, clients: int, tally: Tally) -> None:
+def promotion_round(http, racer, agent, n: int, clients: int, tally: Tally) -> None:
     from django.conf import settings
 
     from skills.models import SkillVersion, VersionTransition
@@ -396,7 +399,7 @@ def promotion_round(http, server, key, agent, n: int, clients: int, tally: Tally
     skill_id, first = _experimental_version(http, None, name)
     kind = ("one version", "two versions", "re-promote")[n % 3]
     if kind == "re-promote":
-        return repromote_round(http, server, key, skill_id, first, name, label, clients, tally)
+        return repromote_round(http, racer, skill_id, first, name, label, clients, tally)
     two_versions = kind == "two versions"
     if two_versions:
         _, second = _experimental_version(http, skill_id, name)
@@ -422,7 +425,7 @@ def promotion_round(http, server, key, agent, n: int, clients: int, tally: Tally
             )
             for i in range(clients)
         ]
-    replies = race(server, key, requests)
+    replies = racer(requests)
     tally.add(replies)
     reports = by_label(replies, "report")
     expect(
@@ -465,7 +468,7 @@ def promotion_round(http, server, key, agent, n: int, clients: int, tally: Tally
     tally.outcomes["a promote won" if won else "a report's automatic promotion won"] += 1
 
 
-def repromote_round(http, server, key, skill_id, first, name, label, clients, tally) -> None:
+def repromote_round(http, racer, skill_id, first, name, label, clients, tally) -> None:
     """A deprecated version that still has its evidence, promoted by every client
     at once, each naming the status it read: one step (to experimental), once."""
     from django.conf import settings
@@ -487,7 +490,7 @@ def repromote_round(http, server, key, skill_id, first, name, label, clients, ta
         )
         for i in range(clients)
     ]
-    replies = race(server, key, requests)
+    replies = racer(requests)
     tally.add(replies)
     won = [r for r in replies if r.status == 200]
     lost = Counter(f"{r.status} {r.code}" for r in replies if r.status != 200)
@@ -541,13 +544,14 @@ def main() -> int:
             ),
             flush=True,
         )
+        racer = functools.partial(race, server, key)
         for name in chosen:
             play, default_rounds = SCENARIOS[name]
             tally = Tally()
             deadlocks = _stack.deadlocks()
             started = time.monotonic()
             for n in range(args.rounds or default_rounds):
-                play(http, server, key, agent, n, args.clients, tally)
+                play(http, racer, agent, n, args.clients, tally)
                 tally.rounds += 1
             duration = time.monotonic() - started
             deadlocks = _stack.deadlocks() - deadlocks
