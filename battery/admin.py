@@ -37,6 +37,7 @@ class BatteryRunAdmin(admin.ModelAdmin):
         "started_at",
         "status",
         "score",
+        "score_of_run",
         "suite_codes",
         "target",
         "agent_name",
@@ -48,15 +49,32 @@ class BatteryRunAdmin(admin.ModelAdmin):
     ordering = ["-started_at"]
     inlines = [ItemResultInline]
     fieldsets = [
-        (None, {"fields": ["id", "status", "score", "uncapped_score", "suites", "seed"]}),
+        (
+            None,
+            {
+                "fields": [
+                    "id",
+                    "status",
+                    "score",
+                    "uncapped_score",
+                    "score_of_run",
+                    "suites",
+                    "seed",
+                ],
+                "description": "The total counts every designed suite: one that did not run "
+                "counts 0 and the run is incomplete. The score of the suites that ran is not "
+                "the battery's total.",
+            },
+        ),
         ("Where", {"fields": ["target", "agent_name", "report", "started_at", "finished_at"]}),
-        ("Results", {"fields": ["suite_scores", "gates", "metrics", "error"]}),
+        ("Results", {"fields": ["suite_scores", "missing_suites", "gates", "metrics", "error"]}),
     ]
     readonly_fields = [
         "id",
         "status",
         "score",
         "uncapped_score",
+        "score_of_run",
         "suites",
         "seed",
         "target",
@@ -65,6 +83,7 @@ class BatteryRunAdmin(admin.ModelAdmin):
         "started_at",
         "finished_at",
         "suite_scores",
+        "missing_suites",
         "gates",
         "metrics",
         "error",
@@ -74,7 +93,7 @@ class BatteryRunAdmin(admin.ModelAdmin):
         # The list page does not need the heavy JSON columns.
         qs = super().get_queryset(request)
         if request.resolver_match and request.resolver_match.url_name.endswith("changelist"):
-            qs = qs.defer("suite_scores", "gates", "metrics", "error")
+            qs = qs.defer("suite_scores", "missing_suites", "gates", "metrics", "error")
         return qs
 
     @admin.display(description="suites")

@@ -510,9 +510,12 @@ def run_store(*, run, summary: Summary):
         metrics=metrics,
         metric_gates=(MetricGate("locomo_recall_at_10", minimum=TARGET_R10),),
     )
+    # An external evaluation, not the battery: its score is its own, and it is
+    # never short of a designed suite.
     card = Scorecard(
         total=100 * overall["r10"],
         uncapped_total=100 * overall["r10"],
+        total_of_run=100 * overall["r10"],
         gates=[gate],
         metrics=metrics,
     )

@@ -14,6 +14,7 @@ class BatteryRun(models.Model):
         RUNNING = "running", "Running"
         PASSED = "passed", "Passed (every gate)"
         FAILED = "failed", "Failed (a gate)"
+        INCOMPLETE = "incomplete", "Incomplete (a designed suite did not run; it counts 0)"
         ERROR = "error", "Error (the run itself broke)"
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
@@ -21,16 +22,41 @@ class BatteryRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True, verbose_name="finished")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
     seed = models.BigIntegerField(help_text="Seed of the deterministic reference agent.")
-    suites = ArrayField(models.CharField(max_length=4), help_text="Suite codes run.")
+    suites = ArrayField(
+        models.CharField(max_length=4),
+        help_text="Suite codes the run set out to run (one that crashed is also in missing_suites).",
+    )
     target = models.CharField(
         max_length=500, help_text="'in-process' or the base URL of the service driven over HTTP."
     )
     agent_name = models.CharField(
         max_length=100, blank=True, default="", help_text="The throwaway agent the run used."
     )
-    score = models.FloatField(null=True, blank=True, help_text="Weighted total, 0-100, after caps.")
+    score = models.FloatField(
+        null=True,
+        blank=True,
+        verbose_name="total",
+        help_text="The battery's weighted total, 0-100, after caps, over every designed suite: "
+        "one that did not run counts 0.",
+    )
     uncapped_score = models.FloatField(
-        null=True, blank=True, help_text="Weighted total, 0-100, before the caps were applied."
+        null=True,
+        blank=True,
+        verbose_name="uncapped total",
+        help_text="The weighted total over every designed suite, 0-100, before the caps.",
+    )
+    score_of_run = models.FloatField(
+        null=True,
+        blank=True,
+        verbose_name="score of the suites that ran",
+        help_text="The weighted score of the suites that ran only, 0-100, after the caps their "
+        "metrics triggered; not the battery's total when the run is incomplete.",
+    )
+    missing_suites = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Designed suites that did not run, each counted 0: name, weight, reason "
+        "(not_selected, not_registered, crashed) and detail.",
     )
     suite_scores = models.JSONField(
         default=dict,
@@ -47,7 +73,9 @@ class BatteryRun(models.Model):
         help_text="Directory holding report.json and report.html.",
     )
     error = models.TextField(
-        blank=True, default="", help_text="Why the run itself broke (status 'error')."
+        blank=True,
+        default="",
+        help_text="Why the run itself broke (status 'error'), or why a suite crashed.",
     )
 
     class Meta:
@@ -57,6 +85,11 @@ class BatteryRun(models.Model):
             models.CheckConstraint(
                 condition=models.Q(score__isnull=True) | models.Q(score__gte=0, score__lte=100),
                 name="battery_run_score_0_100",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(score_of_run__isnull=True)
+                | models.Q(score_of_run__gte=0, score_of_run__lte=100),
+                name="battery_run_score_of_run_0_100",
             ),
         ]
         indexes = [models.Index(fields=["status", "-started_at"], name="battery_run_status_idx")]

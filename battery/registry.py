@@ -309,6 +309,32 @@ def suite_list() -> list[Suite]:
     return [_suites[code] for code in sorted(_suites)]
 
 
+@dataclass(frozen=True)
+class DesignedSuite:
+    """A suite the battery's total is computed over, whether or not a run ran it."""
+
+    code: str
+    name: str
+    weight: float
+    registered: bool
+
+
+def designed_suites() -> list[DesignedSuite]:
+    """Every suite a total counts, in code order: DESIGN §9's (DESIGN_WEIGHTS),
+    registered or not, and every registered suite."""
+    suites = {suite.code: suite for suite in suite_list()}
+    designed = [
+        DesignedSuite(code=code, name=f"suite {code}", weight=weight, registered=False)
+        for code, weight in DESIGN_WEIGHTS.items()
+        if code not in suites
+    ]
+    designed += [
+        DesignedSuite(code=s.code, name=s.name, weight=s.weight, registered=True)
+        for s in suites.values()
+    ]
+    return sorted(designed, key=lambda suite: suite.code)
+
+
 def suites_select(*, codes: Sequence[str] | None) -> list[Suite]:
     """The suites named (in code order, each once), or every suite when codes is empty."""
     available = {suite.code: suite for suite in suite_list()}

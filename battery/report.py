@@ -13,6 +13,7 @@ from typing import Any
 from django.template.loader import render_to_string
 
 from .models import BatteryRun
+from .scoring import MISSING_REASONS
 from .selectors import run_failure_counts, run_items
 from .taxonomy import FailureCode
 
@@ -32,8 +33,12 @@ def report_data(*, run: BatteryRun) -> dict[str, Any]:
     return {
         "id": str(run.pk),
         "status": run.status,
+        # The battery's total, over every designed suite (one that did not run counts 0).
         "score": run.score,
         "uncapped_score": run.uncapped_score,
+        # Over the suites that ran only: not the battery's total when the run is incomplete.
+        "score_of_run": run.score_of_run,
+        "missing_suites": {code: run.missing_suites[code] for code in sorted(run.missing_suites)},
         "seed": run.seed,
         "target": run.target,
         "agent": run.agent_name,
@@ -87,16 +92,25 @@ def _bar_chart(rows: list[dict[str, Any]], *, maximum: float) -> dict[str, Any]:
 
 
 def report_html(*, data: dict[str, Any]) -> str:
-    suites = [{"code": code, **suite} for code, suite in data["suites"].items()]
+    suites = [{"code": code, "ran": True, **suite} for code, suite in data["suites"].items()]
+    missing = [
+        {
+            "code": code,
+            "ran": False,
+            "reason_text": MISSING_REASONS.get(suite["reason"], suite["reason"]),
+            **suite,
+        }
+        for code, suite in data.get("missing_suites", {}).items()
+    ]
     score_chart = _bar_chart(
         [
             {
                 "label": f"{s['code']} {s['name']}",
-                "value": s["score"],
-                "text": f"{s['score']:.1f}",
-                "css": "pass" if s["gate_passed"] else "fail",
+                "value": s["score"] if s["ran"] else 0,
+                "text": f"{s['score']:.1f}" if s["ran"] else f"0 (did not run: {s['reason_text']})",
+                "css": "pass" if s["ran"] and s["gate_passed"] else "fail",
             }
-            for s in suites
+            for s in sorted(suites + missing, key=lambda s: s["code"])
         ],
         maximum=100,
     )
@@ -121,6 +135,7 @@ def report_html(*, data: dict[str, Any]) -> str:
         {
             "run": data,
             "suites": suites,
+            "missing_suites": missing,
             "score_chart": score_chart,
             "failure_chart": failure_chart,
             "failure_rows": [

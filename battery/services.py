@@ -15,10 +15,19 @@ from piper.tenancy.models import Agent, Scope
 from piper.tenancy.services import agent_create, agent_deactivate, api_key_create
 
 from .models import BatteryRun, ItemResult
-from .registry import ItemOutcome, suites_select
+from .registry import ItemOutcome, designed_suites, suites_select
 from .report import report_write
 from .runner import suite_execute
-from .scoring import Scorecard, SuiteResult, score_run, suite_result
+from .scoring import (
+    CRASHED,
+    NOT_REGISTERED,
+    NOT_SELECTED,
+    MissingSuite,
+    Scorecard,
+    SuiteResult,
+    score_run,
+    suite_result,
+)
 from .transport import ApiClient, Transport, TransportFailure, transport_open
 
 # The battery must never be throttled by its own traffic.
@@ -85,10 +94,13 @@ def item_result_record(*, run: BatteryRun, outcome: ItemOutcome) -> ItemResult:
 
 
 def run_finish(*, run: BatteryRun, results: Sequence[SuiteResult], card: Scorecard) -> BatteryRun:
-    run.status = BatteryRun.Status.PASSED if card.passed else BatteryRun.Status.FAILED
+    """Store the scorecard: status failed, incomplete or passed (Scorecard.status)."""
+    run.status = BatteryRun.Status(card.status)
     run.score = round(card.total, 2)
     run.uncapped_score = round(card.uncapped_total, 2)
+    run.score_of_run = round(card.total_of_run, 2)
     run.suite_scores = {result.code: result.as_dict() for result in results}
+    run.missing_suites = {missing.code: missing.as_dict() for missing in card.missing}
     run.metrics = card.metrics
     run.gates = [gate.as_dict() for gate in card.gates]
     run.finished_at = Now()
@@ -97,7 +109,9 @@ def run_finish(*, run: BatteryRun, results: Sequence[SuiteResult], card: Scoreca
             "status",
             "score",
             "uncapped_score",
+            "score_of_run",
             "suite_scores",
+            "missing_suites",
             "metrics",
             "gates",
             "finished_at",
@@ -128,13 +142,31 @@ def battery_run(
 ) -> BatteryRun:
     """Run the suites (every registered one when none are named) and store the run.
 
-    Always returns the stored run, with status passed (every gate held),
-    failed (a gate did not) or error (the battery itself broke, e.g. the
-    service was unreachable), and writes report.json and report.html into
-    report_dir (default var/battery/<run id>/). Raises InvalidInput, before
-    anything is stored, for an unknown suite code.
+    The total is scored over every designed suite (registry.designed_suites):
+    one that was not named, is not registered, or crashed outside its items
+    counts 0 and is stored in missing_suites with that reason; the suites
+    after a crashed one still run, and its traceback goes to the run's error.
+
+    Always returns the stored run, with status passed (every designed suite
+    ran and every gate held), failed (a gate did not), incomplete (no gate
+    failed, but a designed suite did not run) or error (the battery itself
+    broke, e.g. the service was unreachable), and writes report.json and
+    report.html into report_dir (default var/battery/<run id>/). Raises
+    InvalidInput, before anything is stored, for an unknown suite code.
     """
     suites = suites_select(codes=suite_codes)
+    selected = {suite.code for suite in suites}
+    designed = designed_suites()
+    absent = [
+        MissingSuite(
+            code=other.code,
+            name=other.name,
+            weight=other.weight,
+            reason=NOT_SELECTED if other.registered else NOT_REGISTERED,
+        )
+        for other in designed
+        if other.code not in selected
+    ]
     if not suites:
         raise InvalidInput("no battery suites are registered", code="no_suites")
     seed = secrets.randbelow(2**31) if seed is None else seed
@@ -161,15 +193,30 @@ def battery_run(
         results = []
         for suite in suites:
             outcomes = []
-            for outcome in suite_execute(
-                suite=suite, seed=seed, run_id=run.pk, client=primary, new_client=new_client
-            ):
-                item_result_record(run=run, outcome=outcome)
-                outcomes.append(outcome)
-                if on_item is not None:
-                    on_item(outcome)
-            results.append(suite_result(suite=suite, outcomes=outcomes))
-        run_finish(run=run, results=results, card=score_run(results))
+            try:
+                for outcome in suite_execute(
+                    suite=suite, seed=seed, run_id=run.pk, client=primary, new_client=new_client
+                ):
+                    item_result_record(run=run, outcome=outcome)
+                    outcomes.append(outcome)
+                    if on_item is not None:
+                        on_item(outcome)
+                results.append(suite_result(suite=suite, outcomes=outcomes))
+            except Exception as exc:
+                absent.append(
+                    MissingSuite(
+                        code=suite.code,
+                        name=suite.name,
+                        weight=suite.weight,
+                        reason=CRASHED,
+                        detail=f"{type(exc).__name__}: {exc}"[:500],
+                    )
+                )
+                crash = f"suite {suite.code} crashed:\n{traceback.format_exc()}"
+                run.error = f"{run.error}\n\n{crash}".strip()
+                run.save(update_fields=["error"])
+        card = score_run(results, designed=designed, absent=absent)
+        run_finish(run=run, results=results, card=card)
     except TargetUnusable as exc:
         run_error(run=run, error=str(exc))
     except Exception:

@@ -6,6 +6,7 @@ import re
 import pytest
 from django.core.management import CommandError, call_command
 
+from battery import registry
 from battery.models import BatteryRun, ItemResult
 from battery.registry import MetricGate, SuiteSummary, registered
 from battery.taxonomy import FailureCode
@@ -31,18 +32,55 @@ def battery(*args: str) -> str:
     return out.getvalue()
 
 
-def test_run_suite_L_passes_and_stores_the_run_and_its_items(db, tmp_path):
+DESIGNED = ["A", "B", "C", "D", "E", "F", "G"]  # besides L; registered, so "not selected"
+
+CAPS_FAILED_CLOSED = [
+    {
+        "name": "cap 70: current_fact_accuracy, procedure_execution, handover_retention >= 0.6",
+        "kind": "cap",
+        "passed": False,
+        "detail": "not reported: current_fact_accuracy, procedure_execution, handover_retention, "
+        "so the cap applies (fail closed); total capped at 70",
+        "fail_closed": True,
+    },
+    {
+        "name": "cap 85: current_fact_accuracy, as_of_accuracy, cancelled_intention_suppression, "
+        "negative_transfer_safety >= 0.8",
+        "kind": "cap",
+        "passed": False,
+        "detail": "not reported: current_fact_accuracy, as_of_accuracy, "
+        "cancelled_intention_suppression, negative_transfer_safety, so the cap applies "
+        "(fail closed); total capped at 85",
+        "fail_closed": True,
+    },
+]
+
+
+def test_run_suite_L_alone_is_incomplete_exits_0_and_stores_the_run_and_its_items(db, tmp_path):
     output = battery("run", "--suite", "L", "--report", str(tmp_path), "--seed", "11")
 
     run = BatteryRun.objects.get()
-    assert (run.status, run.score, run.uncapped_score, run.suites, run.seed, run.target) == (
-        "passed",
-        100.0,
-        100.0,
-        ["L"],
-        11,
-        "in-process",
-    )
+    # L passed, but the total counts every designed suite: L carries no weight and the
+    # others did not run, so the total is 0 and the run incomplete, never passed.
+    assert (
+        run.status,
+        run.score,
+        run.uncapped_score,
+        run.score_of_run,
+        run.suites,
+        run.seed,
+        run.target,
+    ) == ("incomplete", 0.0, 0.0, 100.0, ["L"], 11, "in-process")
+    assert run.missing_suites == {
+        code: {
+            "name": run.missing_suites[code]["name"],
+            "weight": weight,
+            "reason": "not_selected",
+            "detail": "",
+        }
+        for code, weight in zip(DESIGNED, [15, 15, 20, 20, 20, 10, 5], strict=True)
+    }
+    assert run.missing_suites["D"]["name"] == "Procedural memory"
     assert re.fullmatch(r"battery-[0-9a-f]{12}-1", run.agent_name)
     assert run.report_dir == str(tmp_path.resolve())
     assert run.error == ""
@@ -66,7 +104,9 @@ def test_run_suite_L_passes_and_stores_the_run_and_its_items(db, tmp_path):
             "kind": "suite",
             "passed": True,
             "detail": "5/5 items passed (100.0%)",
-        }
+            "fail_closed": False,
+        },
+        *CAPS_FAILED_CLOSED,
     ]
     items = list(
         ItemResult.objects.filter(run=run)
@@ -93,7 +133,20 @@ def test_run_suite_L_passes_and_stores_the_run_and_its_items(db, tmp_path):
         "L     Ledger integrity                  0      5       5   100.0  pass (>= 100%)" in output
     )
     assert (
-        f"total 100.00   status passed   seed 11   target in-process   agent {run.agent_name}"
+        "D     Procedural memory                20      —       —     0.0  did not run "
+        "(not selected): counts 0" in output
+    )
+    # Unmeasured because the suites that report their metrics did not run: not a failure.
+    assert (
+        "cap 70: current_fact_accuracy, procedure_execution, handover_retention >= 0.6: "
+        "not measured (not reported: current_fact_accuracy" in output
+    )
+    assert "FAIL" not in output
+    assert (
+        "total 0.00 over every designed suite, 7 of which did not run and count 0 "
+        "(A, B, C, D, E, F, G)\n"
+        "score of the suites that ran (L): 100.00 (not the battery's total)\n"
+        f"total 0.00   status incomplete   seed 11   target in-process   agent {run.agent_name}"
         in output
     )
     assert output.rstrip().endswith(f"report: {tmp_path.resolve()}/report.html")
@@ -114,7 +167,9 @@ def test_report_json_and_html_hold_the_run(db, tmp_path):
         "id",
         "items",
         "metrics",
+        "missing_suites",
         "score",
+        "score_of_run",
         "seed",
         "started_at",
         "status",
@@ -122,13 +177,16 @@ def test_report_json_and_html_hold_the_run(db, tmp_path):
         "target",
         "uncapped_score",
     ]
-    assert (report["id"], report["status"], report["score"], report["seed"], report["agent"]) == (
-        str(run.pk),
-        "passed",
-        100.0,
-        4,
-        run.agent_name,
-    )
+    assert (
+        report["id"],
+        report["status"],
+        report["score"],
+        report["score_of_run"],
+        report["seed"],
+        report["agent"],
+    ) == (str(run.pk), "incomplete", 0.0, 100.0, 4, run.agent_name)
+    assert report["missing_suites"] == run.missing_suites
+    assert list(report["missing_suites"]) == DESIGNED
     assert report["suites"] == run.suite_scores
     assert report["gates"] == run.gates
     assert report["failure_codes"] == {}
@@ -143,6 +201,9 @@ def test_report_json_and_html_hold_the_run(db, tmp_path):
         assert f"<code>L.{key}</code>" in html
         assert title.replace("'", "&#x27;") in html
     assert "<svg" in html and "<style>" in html
+    assert "The total counts every designed suite: 7 did not run (A not selected, " in html
+    assert "Score of the suites that ran: 100.00 (not the battery's total)." in html
+    assert '<span class="badge notrun">did not run</span>' in html
     # Self-contained: nothing is fetched from anywhere.
     assert not re.search(r"""(src|href)=["']?(https?:)?//|<link|<script|@import""", html)
 
@@ -164,9 +225,17 @@ def test_a_failing_gate_exits_non_zero_with_status_failed(db, tmp_path):
     with registered(failing), pytest.raises(CommandError) as caught:
         battery("run", "--suite", "ZF", "--report", str(tmp_path))
     run = BatteryRun.objects.get()
+    # Only the gate that failed on what was measured: not the caps left unmeasured by
+    # the suites that were not selected.
     assert str(caught.value) == f"battery run {run.pk} failed its gates: ZF pass rate >= 100%"
     assert caught.value.returncode == 1
-    assert (run.status, run.score, run.suites) == ("failed", 75.0, ["ZF"])
+    # Over the design (105 for A-G, 5 for ZF): 5 * 75 / 110.
+    assert (run.status, run.score, run.score_of_run, run.suites) == (
+        "failed",
+        round(5 * 75 / 110, 2),
+        75.0,
+        ["ZF"],
+    )
     assert list(
         run.items.order_by("id").values_list("item", "passed", "failure_code", "detail")
     ) == [
@@ -190,17 +259,24 @@ def test_caps_over_reported_metrics_limit_the_stored_score(db, tmp_path):
     with registered(facts, skills), pytest.raises(CommandError):
         battery("run", "--suite", "ZC,ZD", "--report", str(tmp_path))
     run = BatteryRun.objects.get()
-    assert (run.status, run.uncapped_score, run.score) == ("failed", 95.0, 85.0)
+    # Over the design, (20 * 100 + 20 * 90) / 145; the suites that ran, 95 capped at 85.
+    assert (run.status, run.uncapped_score, run.score, run.score_of_run) == (
+        "failed",
+        round(3800 / 145, 2),
+        round(3800 / 145, 2),
+        85.0,
+    )
     assert run.metrics == {"current_fact_accuracy": 0.75, "procedure_execution": 0.65}
-    assert [(g["kind"], g["passed"]) for g in run.gates] == [
-        ("suite", True),
-        ("suite", True),
-        ("cap", True),
-        ("cap", False),
+    assert [(g["kind"], g["passed"], g["fail_closed"]) for g in run.gates] == [
+        ("suite", True, False),
+        ("suite", True, False),
+        ("cap", False, True),
+        ("cap", False, False),
     ]
     assert run.gates[3]["detail"] == (
-        "current_fact_accuracy 0.75; below 0.8: current_fact_accuracy; total capped at 85 "
-        "(not reported: as_of_accuracy, cancelled_intention_suppression, negative_transfer_safety)"
+        "current_fact_accuracy 0.75; below 0.8: current_fact_accuracy; not reported: "
+        "as_of_accuracy, cancelled_intention_suppression, negative_transfer_safety, so the cap "
+        "applies (fail closed); total capped at 85"
     )
 
 
@@ -241,7 +317,7 @@ def test_run_over_http_against_a_live_server(live_server, tmp_path):
         "run", "--suite", "L", "--base-url", live_server.url, "--report", str(tmp_path)
     )
     run = BatteryRun.objects.get()
-    assert (run.status, run.score, run.target) == ("passed", 100.0, live_server.url)
+    assert (run.status, run.score_of_run, run.target) == ("incomplete", 100.0, live_server.url)
     assert list(run.items.values_list("passed", flat=True)) == [True] * 5
     assert f"target {live_server.url}" in output
 
@@ -249,7 +325,7 @@ def test_run_over_http_against_a_live_server(live_server, tmp_path):
 def _outcomes(run: BatteryRun) -> tuple:
     items = sorted(run.items.values_list("suite", "item", "passed", "failure_code"))
     scores = {code: (s["score"], s["metrics"]) for code, s in run.suite_scores.items()}
-    return run.status, run.score, items, scores
+    return run.status, run.score, run.score_of_run, items, scores
 
 
 def test_a_run_through_the_sdk_scores_as_a_direct_one(db, tmp_path):
@@ -262,7 +338,8 @@ def test_a_run_through_the_sdk_scores_as_a_direct_one(db, tmp_path):
     sdk = BatteryRun.objects.exclude(pk=direct.pk).get()
     assert sdk.target == "sdk in-process" and "target sdk in-process" in output
     assert _outcomes(sdk) == _outcomes(direct)
-    assert direct.status == "passed" and direct.items.count() > 5
+    assert (direct.status, direct.score_of_run) == ("incomplete", 100.0)
+    assert direct.items.count() > 5
 
 
 def test_a_run_through_the_sdk_over_http(live_server, tmp_path):
@@ -271,18 +348,57 @@ def test_a_run_through_the_sdk_over_http(live_server, tmp_path):
         "--report", str(tmp_path),
     )  # fmt: skip
     run = BatteryRun.objects.get()
-    assert (run.status, run.score, run.target) == ("passed", 100.0, f"sdk {live_server.url}")
+    assert (run.status, run.score_of_run, run.target) == (
+        "incomplete",
+        100.0,
+        f"sdk {live_server.url}",
+    )
 
 
-def test_a_suite_that_breaks_outside_its_items_makes_the_run_an_error(db, tmp_path):
+def test_a_suite_that_crashes_outside_its_items_counts_0_and_the_run_exits_2(db, tmp_path):
     broken = fake_suite("ZE", weight=5, summary=SuiteSummary(score=101))
-    with registered(broken), pytest.raises(CommandError, match="could not complete"):
-        battery("run", "--suite", "ZE", "--report", str(tmp_path))
+    with registered(broken), pytest.raises(CommandError) as caught:
+        battery("run", "--suite", "ZE,L", "--report", str(tmp_path))
     run = BatteryRun.objects.get()
-    assert (run.status, run.score) == ("error", None)
-    assert run.error.startswith("Traceback (most recent call last):")
+    assert str(caught.value) == f"battery run {run.pk} is incomplete: ZE crashed"
+    assert caught.value.returncode == 2
+    # The suites after it still ran; it counts 0 with its weight.
+    assert (run.status, run.score, run.score_of_run, run.suites) == (
+        "incomplete",
+        0.0,
+        100.0,
+        ["L", "ZE"],
+    )
+    assert list(run.suite_scores) == ["L"]
+    assert run.missing_suites["ZE"] == {
+        "name": "Fake ZE",
+        "weight": 5,
+        "reason": "crashed",
+        "detail": "ValueError: suite ZE summarised a score of 101; scores are 0-100",
+    }
+    assert run.error.startswith("suite ZE crashed:\nTraceback (most recent call last):")
     assert run.error.endswith("ValueError: suite ZE summarised a score of 101; scores are 0-100")
-    assert run.items.count() == 1  # the item itself ran and was stored
+    assert run.items.filter(suite="ZE").count() == 1  # the item itself ran and was stored
+
+
+def test_without_suite_a_designed_suite_not_registered_makes_the_run_exit_2(
+    db, tmp_path, monkeypatch
+):
+    registry.discover()
+    monkeypatch.setattr(registry, "_suites", {"L": registry._suites["L"]})
+    with pytest.raises(CommandError) as caught:
+        battery("run", "--report", str(tmp_path))
+    run = BatteryRun.objects.get()
+    assert (run.status, run.suites, caught.value.returncode) == ("incomplete", ["L"], 2)
+    assert str(caught.value) == f"battery run {run.pk} is incomplete: " + ", ".join(
+        f"{code} not registered" for code in DESIGNED
+    )
+    assert run.missing_suites["A"] == {
+        "name": "suite A",
+        "weight": 15,
+        "reason": "not_registered",
+        "detail": "",
+    }
 
 
 def test_a_report_that_cannot_be_written_makes_the_run_an_error(db, tmp_path):
@@ -291,7 +407,7 @@ def test_a_report_that_cannot_be_written_makes_the_run_an_error(db, tmp_path):
     with pytest.raises(CommandError, match="could not complete"):
         battery("run", "--suite", "L", "--report", str(occupied))
     run = BatteryRun.objects.get()
-    assert (run.status, run.score, run.report_dir) == ("error", 100.0, "")
+    assert (run.status, run.score_of_run, run.report_dir) == ("error", 100.0, "")
     assert run.error.startswith("the report could not be written:\nTraceback")
     assert "FileExistsError" in run.error
 
@@ -332,7 +448,7 @@ def test_generated_items_are_stored_and_only_their_failures_printed(db, tmp_path
         ("gen_2", False, "R1"),
         ("gen_3", True, ""),
     ]
-    assert [(g["name"], g["kind"], g["passed"], g["detail"]) for g in run.gates] == [
+    assert [(g["name"], g["kind"], g["passed"], g["detail"]) for g in run.gates[:2]] == [
         ("ZG pass rate >= 50%", "suite", True, "3/4 items passed (75.0%)"),
         ("ZG recall >= 0.99", "metric", False, "recall 0.75"),
     ]

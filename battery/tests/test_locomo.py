@@ -252,8 +252,11 @@ def test_command_on_a_tiny_conversation_stores_the_run(db, tiny_file):
             "kind": "metric",
             "passed": True,
             "detail": "locomo_recall_at_10 1",
+            "fail_closed": False,
         }
     ]
+    # An external evaluation, stored as a run: it is not short of the battery's suites.
+    assert (run.score_of_run, run.missing_suites) == (100.0, {})
     # one throwaway agent, its turns stored and embedded, deactivated afterwards
     agent = Agent.objects.get(name__startswith=f"locomo-{run.pk.hex[:12]}-")
     assert agent.is_throwaway and not agent.is_active

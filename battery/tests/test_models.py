@@ -18,10 +18,18 @@ def _run(**fields) -> BatteryRun:
 
 
 @pytest.mark.parametrize("score", [-0.01, 100.01])
-def test_the_database_refuses_a_score_outside_0_100(db, score):
-    with pytest.raises(IntegrityError, match="battery_run_score_0_100"), transaction.atomic():
-        _run(score=score)
-    assert _run(score=100).score == 100
+@pytest.mark.parametrize(
+    ("field", "constraint"),
+    [("score", "battery_run_score_0_100"), ("score_of_run", "battery_run_score_of_run_0_100")],
+)
+def test_the_database_refuses_a_score_outside_0_100(db, score, field, constraint):
+    with pytest.raises(IntegrityError, match=constraint), transaction.atomic():
+        _run(**{field: score})
+    assert getattr(_run(**{field: 100}), field) == 100
+
+
+def test_a_run_may_be_incomplete(db):
+    assert _run(status=BatteryRun.Status.INCOMPLETE).status == "incomplete"
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,31 @@ import dataclasses
 
 import pytest
 
-from battery.registry import ItemOutcome, MetricGate, SuiteSummary, pass_rate
-from battery.scoring import CAPS, Gate, SuiteResult, score_run, suite_result, weighted_total
+from battery import registry
+from battery.registry import (
+    DesignedSuite,
+    ItemOutcome,
+    MetricGate,
+    SuiteSummary,
+    designed_suites,
+    pass_rate,
+    registered,
+)
+from battery.scoring import (
+    CAPS,
+    CRASHED,
+    NOT_RUN,
+    NOT_SELECTED,
+    Gate,
+    MissingSuite,
+    Scorecard,
+    SuiteResult,
+    designed_total,
+    score_run,
+    suite_result,
+    suites_missing,
+    weighted_total,
+)
 
 from .helpers import fake_suite
 
@@ -32,6 +55,30 @@ def _result(code, *, weight, score, items=4, passed=4, gate=1.0, metrics=None) -
         score=score,
         metrics=metrics or {},
     )
+
+
+def _designed(*suites: tuple[str, float]) -> list[DesignedSuite]:
+    return [DesignedSuite(code=c, name=c, weight=w, registered=True) for c, w in suites]
+
+
+def _complete(results: list[SuiteResult]) -> Scorecard:
+    """The results as a complete run: the design is the suites that ran."""
+    return score_run(results, designed=_designed(*((r.code, r.weight) for r in results)))
+
+
+ALL_CAP_METRICS = {
+    "current_fact_accuracy": 1.0,
+    "procedure_execution": 1.0,
+    "handover_retention": 1.0,
+    "as_of_accuracy": 1.0,
+    "cancelled_intention_suppression": 1.0,
+    "negative_transfer_safety": 1.0,
+}
+CAP_70 = "cap 70: current_fact_accuracy, procedure_execution, handover_retention >= 0.6"
+CAP_85 = (
+    "cap 85: current_fact_accuracy, as_of_accuracy, cancelled_intention_suppression, "
+    "negative_transfer_safety >= 0.8"
+)
 
 
 def test_default_suite_score_is_the_pass_rate_times_100():
@@ -70,6 +117,7 @@ def test_total_is_weighted_over_suites_with_weight_and_ignores_weight_zero():
     ]
     # (15 * 80 + 20 * 45) / 35 = 2100 / 35
     assert weighted_total(results) == 60.0
+    assert designed_total(results, []) == 60.0
 
 
 def test_total_of_weight_zero_suites_alone_is_their_combined_pass_rate():
@@ -81,9 +129,87 @@ def test_total_of_weight_zero_suites_alone_is_their_combined_pass_rate():
     assert weighted_total([]) == 0.0
 
 
-def test_no_caps_apply_when_no_suite_reports_their_metrics():
-    card = score_run([_result("A", weight=15, score=90), _result("L", weight=0, score=100)])
-    assert (card.total, card.uncapped_total, card.metrics, card.passed) == (90.0, 90.0, {}, True)
+def test_a_suite_that_did_not_run_counts_0_and_makes_the_run_incomplete():
+    designed = _designed(("A", 15), ("C", 20), ("D", 20), ("L", 0))
+    ran = [
+        _result("A", weight=15, score=100, metrics=ALL_CAP_METRICS),
+        _result("C", weight=20, score=100),
+        _result("L", weight=0, score=100),
+    ]
+    card = score_run(ran, designed=designed)
+    # D (20) did not run: (15 * 100 + 20 * 100 + 20 * 0) / 55, not 100.
+    assert card.uncapped_total == card.total == 3500 / 55
+    assert card.total_of_run == 100.0  # what the suites that ran scored, labelled as such
+    assert card.missing == [MissingSuite(code="D", name="D", weight=20, reason=NOT_RUN)]
+    assert (card.complete, card.failed, card.passed, card.status) == (
+        False,
+        False,
+        False,
+        "incomplete",
+    )
+    assert all(gate.passed for gate in card.gates)  # no gate failed: incomplete, never passed
+
+
+def test_a_missing_weight_zero_suite_moves_no_total_but_the_run_is_incomplete():
+    card = score_run(
+        [_result("A", weight=15, score=90, metrics=ALL_CAP_METRICS)],
+        designed=_designed(("A", 15), ("L", 0)),
+    )
+    assert (card.total, card.total_of_run, card.status) == (90.0, 90.0, "incomplete")
+    assert [m.code for m in card.missing] == ["L"]
+
+
+def test_nothing_ran_scores_0_over_the_design():
+    card = score_run([], designed=_designed(("A", 15), ("L", 0)))
+    assert (card.total, card.total_of_run, card.status) == (0.0, 0.0, "incomplete")
+    assert [m.code for m in card.missing] == ["A", "L"]
+
+
+def test_missing_suites_keep_the_reason_given_and_a_result_is_never_missing():
+    results = [_result("A", weight=15, score=100)]
+    absent = [
+        MissingSuite(code="B", name="Episodic", weight=15, reason=NOT_SELECTED),
+        MissingSuite(code="ZX", name="Fake", weight=5, reason=CRASHED, detail="ValueError: no"),
+        MissingSuite(code="A", name="A", weight=15, reason=CRASHED),  # it has a result
+    ]
+    designed = _designed(("A", 15), ("B", 15), ("C", 20))
+    assert suites_missing(results, designed=designed, absent=absent) == [
+        MissingSuite(code="B", name="Episodic", weight=15, reason=NOT_SELECTED),
+        MissingSuite(code="C", name="C", weight=20, reason=NOT_RUN),
+        MissingSuite(code="ZX", name="Fake", weight=5, reason=CRASHED, detail="ValueError: no"),
+    ]
+    card = score_run(results, designed=designed, absent=absent)
+    # A crashed suite outside the design still counts 0 with its weight.
+    assert card.uncapped_total == 1500 / 55
+
+
+def test_the_design_is_every_design_suite_registered_or_not_and_every_registered_one():
+    designed = {suite.code: suite for suite in designed_suites()}
+    assert {"A", "B", "C", "D", "E", "F", "G", "L"} <= set(designed)
+    assert designed["L"] == DesignedSuite(
+        code="L", name="Ledger integrity", weight=0, registered=True
+    )
+    with registered(fake_suite("ZQ", weight=3)):
+        assert DesignedSuite(code="ZQ", name="Fake ZQ", weight=3, registered=True) in (
+            designed_suites()
+        )
+
+
+def test_a_design_suite_no_module_registers_is_still_designed(monkeypatch):
+    monkeypatch.setitem(registry.DESIGN_WEIGHTS, "Q", 7)
+    assert DesignedSuite(code="Q", name="suite Q", weight=7, registered=False) in (
+        designed_suites()
+    )
+
+
+def test_caps_fail_closed_when_no_suite_reports_their_metrics():
+    card = _complete([_result("A", weight=15, score=90), _result("L", weight=0, score=100)])
+    assert (card.total, card.uncapped_total, card.total_of_run, card.metrics) == (
+        70,
+        90.0,
+        90.0,
+        {},
+    )
     assert card.gates == [
         Gate(
             name="A pass rate >= 100%",
@@ -97,38 +223,73 @@ def test_no_caps_apply_when_no_suite_reports_their_metrics():
             passed=True,
             detail="4/4 items passed (100.0%)",
         ),
+        Gate(
+            name=CAP_70,
+            kind="cap",
+            passed=False,
+            detail="not reported: current_fact_accuracy, procedure_execution, handover_retention, "
+            "so the cap applies (fail closed); total capped at 70",
+            fail_closed=True,
+        ),
+        Gate(
+            name=CAP_85,
+            kind="cap",
+            passed=False,
+            detail="not reported: current_fact_accuracy, as_of_accuracy, "
+            "cancelled_intention_suppression, negative_transfer_safety, so the cap applies "
+            "(fail closed); total capped at 85",
+            fail_closed=True,
+        ),
     ]
+    # Every designed suite ran, yet a cap could not be checked: that is a failure.
+    assert (card.complete, card.failed, card.status) == (True, True, "failed")
+
+
+def test_a_cap_failing_closed_in_an_incomplete_run_leaves_it_incomplete():
+    card = score_run([_result("A", weight=15, score=100)], designed=_designed(("A", 15), ("C", 20)))
+    assert [(g.kind, g.passed, g.fail_closed) for g in card.gates] == [
+        ("suite", True, False),
+        ("cap", False, True),
+        ("cap", False, True),
+    ]
+    assert (card.status, card.total, card.total_of_run) == ("incomplete", 1500 / 35, 100.0)
 
 
 def test_the_70_cap_applies_when_a_first_tier_metric_is_below_60_percent():
-    card = score_run(
+    card = _complete(
         [
             _result("C", weight=20, score=95, metrics={"current_fact_accuracy": 0.59}),
             _result("D", weight=20, score=85, metrics={"procedure_execution": 0.9}),
         ]
     )
-    assert (card.uncapped_total, card.total, card.passed) == (90.0, 70, False)
+    assert (card.uncapped_total, card.total, card.total_of_run, card.passed) == (
+        90.0,
+        70,
+        70,
+        False,
+    )
     assert card.gates[2:] == [
         Gate(
-            name="cap 70: current_fact_accuracy, procedure_execution, handover_retention >= 0.6",
+            name=CAP_70,
             kind="cap",
             passed=False,
-            detail="current_fact_accuracy 0.59; procedure_execution 0.9; below 0.6: current_fact_accuracy; "
-            "total capped at 70 (not reported: handover_retention)",
+            detail="current_fact_accuracy 0.59; procedure_execution 0.9; below 0.6: "
+            "current_fact_accuracy; not reported: handover_retention, so the cap applies "
+            "(fail closed); total capped at 70",
         ),
         Gate(
-            name="cap 85: current_fact_accuracy, as_of_accuracy, cancelled_intention_suppression, "
-            "negative_transfer_safety >= 0.8",
+            name=CAP_85,
             kind="cap",
             passed=False,
-            detail="current_fact_accuracy 0.59; below 0.8: current_fact_accuracy; total capped at 85 "
-            "(not reported: as_of_accuracy, cancelled_intention_suppression, negative_transfer_safety)",
+            detail="current_fact_accuracy 0.59; below 0.8: current_fact_accuracy; not reported: "
+            "as_of_accuracy, cancelled_intention_suppression, negative_transfer_safety, so the "
+            "cap applies (fail closed); total capped at 85",
         ),
     ]
 
 
 def test_the_85_cap_alone_when_second_tier_metrics_sit_between_60_and_80_percent():
-    card = score_run(
+    card = _complete(
         [
             _result(
                 "C",
@@ -138,12 +299,19 @@ def test_the_85_cap_alone_when_second_tier_metrics_sit_between_60_and_80_percent
             ),
             _result("E", weight=20, score=90, metrics={"cancelled_intention_suppression": 0.8}),
             _result("A", weight=15, score=100, metrics={"handover_retention": 0.6}),
+            _result(
+                "D",
+                weight=20,
+                score=100,
+                metrics={"procedure_execution": 1.0, "negative_transfer_safety": 1.0},
+            ),
         ]
     )
-    # (20 * 100 + 20 * 90 + 15 * 100) / 55 = 5300 / 55
-    assert card.uncapped_total == 5300 / 55
-    assert card.total == 85
+    # (20 * 100 + 20 * 90 + 15 * 100 + 20 * 100) / 75 = 7300 / 75
+    assert card.uncapped_total == 7300 / 75
+    assert card.total == card.total_of_run == 85
     assert [(g.kind, g.passed) for g in card.gates] == [
+        ("suite", True),
         ("suite", True),
         ("suite", True),
         ("suite", True),
@@ -151,49 +319,60 @@ def test_the_85_cap_alone_when_second_tier_metrics_sit_between_60_and_80_percent
         ("cap", False),
     ]
     assert card.gates[4].detail == (
+        "current_fact_accuracy 0.95; procedure_execution 1; handover_retention 0.6"
+    )
+    assert card.gates[5].detail == (
         "current_fact_accuracy 0.95; as_of_accuracy 0.6; cancelled_intention_suppression 0.8; "
-        "below 0.8: as_of_accuracy; total capped at 85 (not reported: negative_transfer_safety)"
+        "negative_transfer_safety 1; below 0.8: as_of_accuracy; total capped at 85"
     )
 
 
 def test_a_cap_never_raises_a_lower_total():
-    card = score_run([_result("F", weight=5, score=40, metrics={"negative_transfer_safety": 0.1})])
-    assert (card.uncapped_total, card.total, card.passed) == (40.0, 40.0, False)
+    card = _complete([_result("F", weight=5, score=40, metrics={"negative_transfer_safety": 0.1})])
+    assert (card.uncapped_total, card.total, card.total_of_run, card.passed) == (
+        40.0,
+        40.0,
+        40.0,
+        False,
+    )
 
 
 def test_exactly_on_the_threshold_passes():
-    card = score_run(
-        [
-            _result(
-                "C",
-                weight=20,
-                score=100,
-                metrics={"current_fact_accuracy": 0.8, "procedure_execution": 0.6},
-            )
-        ]
-    )
-    assert (card.total, card.passed) == (100.0, True)
+    metrics = {**ALL_CAP_METRICS, "current_fact_accuracy": 0.8, "procedure_execution": 0.6}
+    card = _complete([_result("C", weight=20, score=100, metrics=metrics)])
+    assert (card.total, card.passed, card.status) == (100.0, True, "passed")
 
 
 def test_when_two_suites_report_one_metric_the_lower_counts():
-    card = score_run(
+    card = _complete(
         [
-            _result("C", weight=20, score=100, metrics={"current_fact_accuracy": 0.9}),
+            _result(
+                "C", weight=20, score=100, metrics={**ALL_CAP_METRICS, "current_fact_accuracy": 0.9}
+            ),
             _result("G", weight=5, score=100, metrics={"current_fact_accuracy": 0.7}),
         ]
     )
-    assert card.metrics == {"current_fact_accuracy": 0.7}
+    assert card.metrics == {**ALL_CAP_METRICS, "current_fact_accuracy": 0.7}
     assert card.total == 85
 
 
 def test_a_failed_suite_gate_fails_the_run_without_capping():
-    card = score_run([_result("B", weight=15, score=50, items=4, passed=2, gate=0.75)])
-    assert (card.total, card.passed) == (50.0, False)
-    assert card.gates == [
-        Gate(
-            name="B pass rate >= 75%", kind="suite", passed=False, detail="2/4 items passed (50.0%)"
-        )
-    ]
+    card = _complete(
+        [_result("B", weight=15, score=50, items=4, passed=2, gate=0.75, metrics=ALL_CAP_METRICS)]
+    )
+    assert (card.total, card.passed, card.status) == (50.0, False, "failed")
+    assert card.gates[0] == Gate(
+        name="B pass rate >= 75%", kind="suite", passed=False, detail="2/4 items passed (50.0%)"
+    )
+    assert [g.passed for g in card.gates[1:]] == [True, True]
+
+
+def test_a_failed_gate_fails_an_incomplete_run_too():
+    card = score_run(
+        [_result("B", weight=15, score=50, items=4, passed=2, gate=0.75)],
+        designed=_designed(("B", 15), ("C", 20)),
+    )
+    assert (card.complete, card.status) == (False, "failed")
 
 
 def test_the_caps_are_the_ones_design_section_9_names():
@@ -239,10 +418,11 @@ def test_a_suite_result_carries_its_suites_metric_gates():
 )
 def test_metric_gates_are_gates_of_the_run(metrics, passed, details):
     result = dataclasses.replace(
-        _result("ZS", weight=5, score=100, metrics=metrics), metric_gates=GATES
+        _result("ZS", weight=5, score=100, metrics={**ALL_CAP_METRICS, **metrics}),
+        metric_gates=GATES,
     )
-    card = score_run([result])
-    assert card.gates == [
+    card = _complete([result])
+    assert card.gates[:3] == [
         Gate(
             name="ZS pass rate >= 100%",
             kind="suite",

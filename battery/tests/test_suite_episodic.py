@@ -19,7 +19,7 @@ from django.db import connection
 from django.utils.dateparse import parse_datetime
 
 from battery.models import BatteryRun
-from battery.registry import ItemFailure, ItemOutcome, suites_select
+from battery.registry import ItemFailure, ItemOutcome, designed_suites, suites_select
 from battery.scoring import score_run, suite_result
 from battery.suites import episodic
 from battery.suites.episodic import draw
@@ -572,15 +572,19 @@ def b_result(*, events: int = 40, disambiguated: int = 20, false_memories: int =
 
 
 def test_the_gates_hold_at_95_percent_and_a_2_percent_false_memory_rate_exactly():
-    card = score_run([b_result(events=38, disambiguated=19, false_memories=1)])
-    assert [(g.name, g.kind, g.passed, g.detail) for g in card.gates] == [
+    card = score_run(
+        [b_result(events=38, disambiguated=19, false_memories=1)], designed=designed_suites()
+    )
+    assert [(g.name, g.kind, g.passed, g.detail) for g in card.gates if g.kind != "cap"] == [
         ("B pass rate >= 95%", "suite", True, "110/110 items passed (100.0%)"),
         ("B event_recall >= 0.95", "metric", True, "event_recall 0.95"),
         ("B disambiguation_accuracy >= 0.95", "metric", True, "disambiguation_accuracy 0.95"),
         ("B false_memory_rate <= 0.02", "metric", True, "false_memory_rate 0.02"),
     ]
-    failed = score_run([b_result(events=37, disambiguated=18, false_memories=2)])
-    assert [(g.name, g.detail) for g in failed.gates if not g.passed] == [
+    failed = score_run(
+        [b_result(events=37, disambiguated=18, false_memories=2)], designed=designed_suites()
+    )
+    assert [(g.name, g.detail) for g in failed.gates if not g.passed and g.kind != "cap"] == [
         ("B event_recall >= 0.95", "event_recall 0.925"),
         ("B disambiguation_accuracy >= 0.95", "disambiguation_accuracy 0.9"),
         ("B false_memory_rate <= 0.02", "false_memory_rate 0.04"),
@@ -860,7 +864,7 @@ def test_battery_run_suite_B_exits_non_zero_when_recall_never_abstains(
         battery("run", "--suite", "B", "--report", str(tmp_path), "--seed", "8")
     run = BatteryRun.objects.get()
     assert (caught.value.returncode, run.status) == (1, "failed")
-    assert [g["name"] for g in run.gates if not g["passed"]] == [
+    assert [g["name"] for g in run.gates if not g["passed"] and not g["fail_closed"]] == [
         "B pass rate >= 95%",
         "B false_memory_rate <= 0.02",
     ]
@@ -874,12 +878,12 @@ def test_battery_run_suite_B_passes_its_gates_with_a_real_worker(celery_worker_p
     run = BatteryRun.objects.get()
     suite = run.suite_scores["B"]
     assert (run.status, run.suites, suite["items"], suite["gate_passed"]) == (
-        "passed",
+        "incomplete",
         ["B"],
         122,
         True,
     ), output
-    assert [(g["name"], g["passed"]) for g in run.gates] == [
+    assert [(g["name"], g["passed"]) for g in run.gates if g["kind"] != "cap"] == [
         ("B pass rate >= 95%", True),
         ("B event_recall >= 0.95", True),
         ("B disambiguation_accuracy >= 0.95", True),

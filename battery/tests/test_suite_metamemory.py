@@ -15,7 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from battery.models import BatteryRun
-from battery.registry import ItemOutcome, suites_select
+from battery.registry import ItemOutcome, designed_suites, suites_select
 from battery.scoring import score_run, suite_result
 from battery.suites import metamemory
 from battery.suites.episodic.api import answer_of
@@ -355,14 +355,14 @@ def g_result(*, routed: int = 60, abstained: int = 40):
 
 
 def test_the_gates_hold_at_95_percent_exactly():
-    card = score_run([g_result(routed=57, abstained=38)])
-    assert [(g.name, g.passed, g.detail) for g in card.gates] == [
+    card = score_run([g_result(routed=57, abstained=38)], designed=designed_suites())
+    assert [(g.name, g.passed, g.detail) for g in card.gates if g.kind != "cap"] == [
         ("G pass rate >= 95%", True, "100/100 items passed (100.0%)"),
         ("G route_accuracy >= 0.95", True, "route_accuracy 0.95"),
         ("G abstention_accuracy >= 0.95", True, "abstention_accuracy 0.95"),
     ]
-    failed = score_run([g_result(routed=56, abstained=37)])
-    assert [(g.name, g.detail) for g in failed.gates if not g.passed] == [
+    failed = score_run([g_result(routed=56, abstained=37)], designed=designed_suites())
+    assert [(g.name, g.detail) for g in failed.gates if not g.passed and g.kind != "cap"] == [
         ("G route_accuracy >= 0.95", "route_accuracy 0.9333"),
         ("G abstention_accuracy >= 0.95", "abstention_accuracy 0.925"),
     ]
@@ -547,7 +547,7 @@ def test_battery_run_suite_G_exits_non_zero_when_recall_always_abstains(
         battery("run", "--suite", "G", "--report", str(tmp_path), "--seed", "8")
     run = BatteryRun.objects.get()
     assert (caught.value.returncode, run.status) == (1, "failed")
-    assert [g["name"] for g in run.gates if not g["passed"]] == [
+    assert [g["name"] for g in run.gates if not g["passed"] and not g["fail_closed"]] == [
         "G pass rate >= 95%",
         "G route_accuracy >= 0.95",  # not reported: no G2 item ran
         "G abstention_accuracy >= 0.95",
@@ -562,12 +562,12 @@ def test_battery_run_suite_G_passes_its_gates_with_a_real_worker(celery_worker_p
     run = BatteryRun.objects.get()
     suite = run.suite_scores["G"]
     assert (run.status, run.suites, suite["items"], suite["gate_passed"]) == (
-        "passed",
+        "incomplete",
         ["G"],
         108,
         True,
     ), output
-    assert [(g["name"], g["passed"]) for g in run.gates] == [
+    assert [(g["name"], g["passed"]) for g in run.gates if g["kind"] != "cap"] == [
         ("G pass rate >= 95%", True),
         ("G route_accuracy >= 0.95", True),
         ("G abstention_accuracy >= 0.95", True),

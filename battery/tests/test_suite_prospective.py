@@ -19,7 +19,7 @@ from django.core.management import CommandError, call_command
 from django.utils.dateparse import parse_datetime
 
 from battery.models import BatteryRun
-from battery.registry import ItemOutcome, suites_select
+from battery.registry import ItemOutcome, designed_suites, suites_select
 from battery.scoring import score_run, suite_result
 from battery.suites import prospective
 from battery.suites.prospective import draw
@@ -654,7 +654,7 @@ def e_result(*, recalled=198, false=1, suppressed=40, zombies=0, handed=100):
 
 
 def test_the_gates_hold_at_99_percent_recall_half_a_percent_false_fires_and_none_lost():
-    card = score_run([e_result()])
+    card = score_run([e_result()], designed=designed_suites())
     assert [(g.name, g.kind, g.passed, g.detail) for g in card.gates] == [
         ("E pass rate >= 99%", "suite", True, "100/100 items passed (100.0%)"),
         ("E trigger_recall >= 0.99", "metric", True, "trigger_recall 0.99"),
@@ -670,32 +670,38 @@ def test_the_gates_hold_at_99_percent_recall_half_a_percent_false_fires_and_none
         (
             "cap 70: current_fact_accuracy, procedure_execution, handover_retention >= 0.6",
             "cap",
-            True,
-            "handover_retention 1 (not reported: current_fact_accuracy, procedure_execution)",
+            False,
+            "handover_retention 1; not reported: current_fact_accuracy, procedure_execution, "
+            "so the cap applies (fail closed); total capped at 70",
         ),
         (
             "cap 85: current_fact_accuracy, as_of_accuracy, cancelled_intention_suppression, "
             "negative_transfer_safety >= 0.8",
             "cap",
-            True,
-            "cancelled_intention_suppression 1 (not reported: current_fact_accuracy, "
-            "as_of_accuracy, negative_transfer_safety)",
+            False,
+            "cancelled_intention_suppression 1; not reported: current_fact_accuracy, "
+            "as_of_accuracy, negative_transfer_safety, so the cap applies (fail closed); "
+            "total capped at 85",
         ),
     ]
-    assert card.passed is True
+    # E alone: no gate failed on what it measured; the others did not run.
+    assert (card.failed, card.status, card.total_of_run) == (False, "incomplete", 100.0)
 
 
 def test_one_cue_missed_one_false_fire_one_cancellation_or_zombie_or_handover_more_fails():
-    card = score_run([e_result(recalled=197, false=2, suppressed=39, zombies=1, handed=99)])
-    assert [(g.name, g.detail) for g in card.gates if not g.passed] == [
+    card = score_run(
+        [e_result(recalled=197, false=2, suppressed=39, zombies=1, handed=99)],
+        designed=designed_suites(),
+    )
+    assert [(g.name, g.detail) for g in card.gates if not g.passed and not g.fail_closed] == [
         ("E trigger_recall >= 0.99", "trigger_recall 0.985"),
         ("E false_fire_rate <= 0.005", "false_fire_rate 0.01"),
         ("E cancelled_intention_suppression >= 1", "cancelled_intention_suppression 0.975"),
         ("E zombie_rate <= 0", "zombie_rate 0.003333"),
         ("E handover_retention >= 1", "handover_retention 0.99"),
     ]
-    capped = score_run([e_result(suppressed=31)])
-    assert (capped.uncapped_total, capped.total) == (100.0, 85)
+    capped = score_run([e_result(suppressed=31)], designed=designed_suites())
+    assert capped.total_of_run == 85
 
 
 # ------------------------------------------------------------- against the real service
@@ -1054,7 +1060,7 @@ def test_battery_run_suite_E_exits_non_zero_when_cancelled_intentions_fire(monke
         battery("run", "--suite", "E", "--report", str(tmp_path), "--seed", "8")
     run = BatteryRun.objects.get()
     assert (caught.value.returncode, run.status) == (1, "failed")
-    assert [g["name"] for g in run.gates if not g["passed"]] == [
+    assert [g["name"] for g in run.gates if not g["passed"] and not g["fail_closed"]] == [
         "E pass rate >= 99%",
         "E cancelled_intention_suppression >= 1",
         "E handover_retention >= 1",  # no E5 item: not reported
@@ -1062,7 +1068,7 @@ def test_battery_run_suite_E_exits_non_zero_when_cancelled_intentions_fire(monke
         "negative_transfer_safety >= 0.8",
     ]
     assert Counter(run.items.values_list("failure_code", flat=True)) == {"": 3, "P1": 6}
-    assert run.score == 33.33
+    assert (run.score_of_run, run.score) == (33.33, round(20 * 33.33 / 105, 2))
 
 
 @pytest.mark.slow
@@ -1070,7 +1076,7 @@ def test_battery_run_suite_E_exits_non_zero_when_cancelled_intentions_fire(monke
 def test_battery_run_suite_E_passes_its_gates_against_the_real_service(tmp_path):
     output = battery("run", "--suite", "E", "--seed", "7", "--report", str(tmp_path))
     run = BatteryRun.objects.get()
-    assert (run.status, run.score, run.suites) == ("passed", 100.0, ["E"])
+    assert (run.status, run.score_of_run, run.suites) == ("incomplete", 100.0, ["E"])
     suite = run.suite_scores["E"]
     assert (suite["items"], suite["passed"], suite["gate_passed"]) == (300, 300, True)
     assert suite["metrics"] == {
@@ -1088,7 +1094,7 @@ def test_battery_run_suite_E_passes_its_gates_against_the_real_service(tmp_path)
         ("E zombie_rate <= 0", True),
         ("E handover_retention >= 1", True),
     ]
-    assert all(g["passed"] for g in run.gates)
+    assert all(g["passed"] for g in run.gates if not g["fail_closed"])
     assert Counter(run.items.values_list("failure_code", flat=True)) == {"": 300}
     assert "FAIL" not in output
     report = json.loads((tmp_path / "report.json").read_text())

@@ -18,7 +18,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from battery.models import BatteryRun
-from battery.registry import ItemFailure, ItemOutcome, suites_select
+from battery.registry import ItemFailure, ItemOutcome, designed_suites, suites_select
 from battery.scoring import score_run, suite_result
 from battery.suites import semantic
 from battery.suites.episodic import draw as episodic_draw
@@ -399,7 +399,7 @@ def c_result(*, correct: int = 198, current: int = 198, stale: int = 5):
 
 
 def test_the_gates_hold_at_99_percent_and_half_a_percent_stale_exactly():
-    card = score_run([c_result()])
+    card = score_run([c_result()], designed=designed_suites())
     assert [(g.name, g.kind, g.passed, g.detail) for g in card.gates] == [
         ("C pass rate >= 99%", "suite", True, "5/5 items passed (100.0%)"),
         ("C current_value_accuracy >= 0.99", "metric", True, "current_value_accuracy 0.99"),
@@ -416,29 +416,31 @@ def test_the_gates_hold_at_99_percent_and_half_a_percent_stale_exactly():
         (
             "cap 70: current_fact_accuracy, procedure_execution, handover_retention >= 0.6",
             "cap",
-            True,
-            "current_fact_accuracy 0.99 (not reported: procedure_execution, handover_retention)",
+            False,
+            "current_fact_accuracy 0.99; not reported: procedure_execution, handover_retention, "
+            "so the cap applies (fail closed); total capped at 70",
         ),
         (
             "cap 85: current_fact_accuracy, as_of_accuracy, cancelled_intention_suppression, "
             "negative_transfer_safety >= 0.8",
             "cap",
-            True,
-            "current_fact_accuracy 0.99; as_of_accuracy 0.99 "
-            "(not reported: cancelled_intention_suppression, negative_transfer_safety)",
+            False,
+            "current_fact_accuracy 0.99; as_of_accuracy 0.99; not reported: "
+            "cancelled_intention_suppression, negative_transfer_safety, so the cap applies "
+            "(fail closed); total capped at 85",
         ),
     ]
-    assert card.passed is True
+    assert (card.failed, card.status) == (False, "incomplete")  # C alone: no gate failed
 
 
 def test_one_answer_fewer_or_one_stale_answer_more_fails_the_run():
-    card = score_run([c_result(current=197, stale=6)])
-    failed = [(g.name, g.detail) for g in card.gates if not g.passed]
+    card = score_run([c_result(current=197, stale=6)], designed=designed_suites())
+    failed = [(g.name, g.detail) for g in card.gates if not g.passed and not g.fail_closed]
     assert failed == [
         ("C current_value_accuracy >= 0.99", "current_value_accuracy 0.985"),
         ("C stale_value_rate <= 0.005", "stale_value_rate 0.006"),
     ]
-    assert card.passed is False
+    assert card.failed is True
 
 
 # ------------------------------------------------------------- against the real service
@@ -682,10 +684,12 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
     monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
     battery("run", "--report", str(tmp_path), "--seed", "8")
     run = BatteryRun.objects.get()
-    assert (run.status, run.suites, run.score) == (
+    assert (run.status, run.suites, run.score, run.score_of_run, run.missing_suites) == (
         "passed",
         ["A", "B", "C", "D", "E", "F", "G", "L"],
         100.0,
+        100.0,
+        {},
     )
     assert {code: s["items"] for code, s in run.suite_scores.items()} == {
         "A": 6,
@@ -711,7 +715,7 @@ def test_battery_run_suite_C_exits_non_zero_when_a_gate_fails(monkeypatch, tmp_p
     run = BatteryRun.objects.get()
     assert caught.value.returncode == 1
     assert str(caught.value).startswith(f"battery run {run.pk} failed its gates: C pass rate")
-    failed = [g["name"] for g in run.gates if not g["passed"]]
+    failed = [g["name"] for g in run.gates if not g["passed"] and not g["fail_closed"]]
     assert "C current_value_accuracy >= 0.99" in failed
     assert "C stale_value_rate <= 0.005" in failed
     assert run.status == "failed"
@@ -722,7 +726,7 @@ def test_battery_run_suite_C_exits_non_zero_when_a_gate_fails(monkeypatch, tmp_p
 def test_battery_run_suite_C_passes_its_gates_against_the_real_service(tmp_path):
     output = battery("run", "--suite", "C", "--seed", "7", "--report", str(tmp_path))
     run = BatteryRun.objects.get()
-    assert (run.status, run.score, run.suites) == ("passed", 100.0, ["C"])
+    assert (run.status, run.score_of_run, run.suites) == ("incomplete", 100.0, ["C"])
     suite = run.suite_scores["C"]
     assert (suite["items"], suite["passed"], suite["gate_passed"]) == (540, 540, True)
     assert suite["metrics"] == {

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from django.utils.dateparse import parse_datetime
 
 from battery.models import BatteryRun
-from battery.registry import ItemFailure, ItemOutcome, suites_select
+from battery.registry import ItemFailure, ItemOutcome, designed_suites, suites_select
 from battery.scoring import score_run, suite_result
 from battery.suites import working_state
 from battery.suites.working_state import draw
@@ -295,29 +295,31 @@ def a_result(*, fields: int = 420, retained: int = 60):
 
 
 def test_the_gates_hold_at_100_percent_exactly():
-    card = score_run([a_result()])
-    assert [(g.name, g.kind, g.passed, g.detail) for g in card.gates] == [
+    card = score_run([a_result()], designed=designed_suites())
+    assert [(g.name, g.kind, g.passed, g.detail) for g in card.gates[:4]] == [
         ("A pass rate >= 100%", "suite", True, "60/60 items passed (100.0%)"),
         ("A working_state_exactness >= 1", "metric", True, "working_state_exactness 1"),
         ("A handover_retention >= 1", "metric", True, "handover_retention 1"),
         (
             "cap 70: current_fact_accuracy, procedure_execution, handover_retention >= 0.6",
             "cap",
-            True,
-            "handover_retention 1 (not reported: current_fact_accuracy, procedure_execution)",
+            False,
+            "handover_retention 1; not reported: current_fact_accuracy, procedure_execution, "
+            "so the cap applies (fail closed); total capped at 70",
         ),
     ]
-    assert card.passed is True
+    # A alone: no gate failed on what it measured; the others did not run.
+    assert (card.failed, card.status, card.total_of_run) == (False, "incomplete", 100.0)
 
 
 def test_one_field_or_one_handover_fewer_fails_and_low_retention_caps_the_total_at_70():
-    card = score_run([a_result(fields=419, retained=59)])
-    assert [(g.name, g.detail) for g in card.gates if not g.passed] == [
+    card = score_run([a_result(fields=419, retained=59)], designed=designed_suites())
+    assert [(g.name, g.detail) for g in card.gates if not g.passed and not g.fail_closed] == [
         ("A working_state_exactness >= 1", "working_state_exactness 0.9976"),
         ("A handover_retention >= 1", "handover_retention 0.9833"),
     ]
-    capped = score_run([a_result(retained=35)])
-    assert (capped.uncapped_total, capped.total) == (100.0, 70)
+    capped = score_run([a_result(retained=35)], designed=designed_suites())
+    assert capped.total_of_run == 70
 
 
 # ------------------------------------------------------------- against the real service
@@ -568,7 +570,7 @@ def test_battery_run_suite_A_exits_non_zero_when_a_field_is_lost(monkeypatch, tm
         battery("run", "--suite", "A", "--report", str(tmp_path), "--seed", "8")
     run = BatteryRun.objects.get()
     assert (caught.value.returncode, run.status) == (1, "failed")
-    assert [g["name"] for g in run.gates if not g["passed"]] == [
+    assert [g["name"] for g in run.gates if not g["passed"] and not g["fail_closed"]] == [
         "A pass rate >= 100%",
         "A working_state_exactness >= 1",
         "A handover_retention >= 1",
@@ -582,7 +584,7 @@ def test_battery_run_suite_A_exits_non_zero_when_a_field_is_lost(monkeypatch, tm
 def test_battery_run_suite_A_passes_its_gates_against_the_real_service(tmp_path):
     output = battery("run", "--suite", "A", "--seed", "7", "--report", str(tmp_path))
     run = BatteryRun.objects.get()
-    assert (run.status, run.score, run.suites) == ("passed", 100.0, ["A"])
+    assert (run.status, run.score_of_run, run.suites) == ("incomplete", 100.0, ["A"])
     suite = run.suite_scores["A"]
     assert (suite["items"], suite["passed"], suite["gate_passed"]) == (60, 60, True)
     assert suite["metrics"] == {
@@ -590,11 +592,10 @@ def test_battery_run_suite_A_passes_its_gates_against_the_real_service(tmp_path)
         "handover_retention": 1.0,
         "recheck_accuracy": 1.0,
     }
-    assert [(g["name"], g["passed"]) for g in run.gates] == [
+    assert [(g["name"], g["passed"]) for g in run.gates if not g["fail_closed"]] == [
         ("A pass rate >= 100%", True),
         ("A working_state_exactness >= 1", True),
         ("A handover_retention >= 1", True),
-        ("cap 70: current_fact_accuracy, procedure_execution, handover_retention >= 0.6", True),
     ]
     assert "FAIL" not in output
     report = json.loads((tmp_path / "report.json").read_text())

@@ -1,27 +1,51 @@
 """`battery run` drives the service through its API and scores it; `battery list` shows the suites."""
 
+import argparse
+
 from django.core.management.base import BaseCommand, CommandError
 
 from battery.models import BatteryRun
 from battery.registry import ItemOutcome, suite_list
+from battery.scoring import MISSING_REASONS
 from battery.services import battery_run
 from piper.errors import PiperError
 
+# Exit codes of `battery run`.
+EXIT_GATE_FAILED = 1  # a gate failed, or the run itself broke (status failed or error)
+EXIT_INCOMPLETE = 2  # no gate failed, but a suite the run was asked for did not run
+
+RUN_HELP = """run suites, store the run, write JSON and HTML reports.
+
+The total counts every designed suite: one that did not run counts 0 and the
+run is 'incomplete', never 'passed'; the score of the suites that ran is shown
+beside it. Exit status: 0 when every suite asked for ran and every gate held
+(a run restricted with --suite is 'incomplete' and exits 0 when its own
+suites pass); 1 when a gate failed or the run broke; 2 when no gate failed but
+a suite asked for did not run (it crashed, or, without --suite, a designed
+suite is not registered)."""
+
 
 class Command(BaseCommand):
-    help = "Run the Memory Battery (DESIGN.md §9), or list its suites. Exits 1 when a gate fails."
+    help = (
+        "Run the Memory Battery (DESIGN.md §9), or list its suites. `battery run` exits 1 when "
+        "a gate fails, 2 when a suite it was asked for did not run (see `battery run --help`)."
+    )
 
     def add_arguments(self, parser):
         actions = parser.add_subparsers(dest="action", required=True, metavar="{run,list,locomo}")
         run = actions.add_parser(
-            "run", help="run suites, store the run, write JSON and HTML reports"
+            "run",
+            help="run suites, store the run, write JSON and HTML reports",
+            description=RUN_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         run.add_argument(
             "--suite",
             action="append",
             dest="suites",
             metavar="CODE",
-            help="suite code to run (repeatable, or comma-separated); default: every suite",
+            help="suite code to run (repeatable, or comma-separated); default: every suite. "
+            "The others count 0 in the total and the run is 'incomplete'",
         )
         run.add_argument("--seed", type=int, help="seed of the reference agent (default: random)")
         run.add_argument(
@@ -118,9 +142,23 @@ class Command(BaseCommand):
         self._summary(run)
         if run.status == BatteryRun.Status.ERROR:
             raise CommandError(f"battery run {run.pk} could not complete; see its error above")
-        if run.status != BatteryRun.Status.PASSED:
-            failed = ", ".join(gate["name"] for gate in run.gates if not gate["passed"])
-            raise CommandError(f"battery run {run.pk} failed its gates: {failed}")
+        if run.status == BatteryRun.Status.FAILED:
+            # A cap that failed closed for want of a suite that did not run is not the failure.
+            failed = ", ".join(
+                gate["name"]
+                for gate in run.gates
+                if not gate["passed"] and not (gate.get("fail_closed") and run.missing_suites)
+            )
+            raise CommandError(
+                f"battery run {run.pk} failed its gates: {failed}", returncode=EXIT_GATE_FAILED
+            )
+        # Without --suite every designed suite was asked for; with it, only those named.
+        unrun = [code for code in run.missing_suites if not codes or code in run.suites]
+        if run.status == BatteryRun.Status.INCOMPLETE and unrun:
+            raise CommandError(
+                f"battery run {run.pk} is incomplete: {self._missing(run, unrun)}",
+                returncode=EXIT_INCOMPLETE,
+            )
 
     def _progress(self, outcome: ItemOutcome) -> None:
         if outcome.generator and outcome.passed:
@@ -136,11 +174,27 @@ class Command(BaseCommand):
         if not outcome.passed:
             self.stdout.write(f"      {outcome.detail.splitlines()[-1] if outcome.detail else ''}")
 
+    @staticmethod
+    def _missing(run: BatteryRun, codes) -> str:
+        reasons = []
+        for code in codes:
+            missing = run.missing_suites[code]
+            reasons.append(f"{code} {MISSING_REASONS.get(missing['reason'], missing['reason'])}")
+        return ", ".join(reasons)
+
     def _summary(self, run: BatteryRun) -> None:
         write = self.stdout.write
         write("")
         write(f"{'suite':<6}{'name':<28}{'weight':>7}{'items':>7}{'passed':>8}{'score':>8}  gate")
-        for code, suite in sorted(run.suite_scores.items()):
+        rows = {**run.suite_scores, **run.missing_suites}
+        for code, suite in sorted(rows.items()):
+            if code in run.missing_suites:
+                reason = MISSING_REASONS.get(suite["reason"], suite["reason"])
+                write(
+                    f"{code:<6}{suite['name'][:27]:<28}{suite['weight']:>7g}{'—':>7}{'—':>8}"
+                    f"{0:>8.1f}  {self.style.WARNING(f'did not run ({reason}): counts 0')}"
+                )
+                continue
             gate = self.style.SUCCESS("pass") if suite["gate_passed"] else self.style.ERROR("FAIL")
             write(
                 f"{code:<6}{suite['name'][:27]:<28}{suite['weight']:>7g}{suite['items']:>7}"
@@ -148,14 +202,32 @@ class Command(BaseCommand):
             )
         for gate in run.gates:
             if gate["kind"] in ("metric", "cap"):
-                verdict = self.style.SUCCESS("pass") if gate["passed"] else self.style.ERROR("FAIL")
+                if gate["passed"]:
+                    verdict = self.style.SUCCESS("pass")
+                elif gate.get("fail_closed") and run.missing_suites:
+                    # Unmeasured because suites did not run: the run is incomplete, not failed.
+                    verdict = self.style.WARNING("not measured")
+                else:
+                    verdict = self.style.ERROR("FAIL")
                 write(f"{gate['name']}: {verdict} ({gate['detail']})")
         score = "—" if run.score is None else f"{run.score:.2f}"
         status = (
             self.style.SUCCESS(run.status)
             if run.status == BatteryRun.Status.PASSED
+            else self.style.WARNING(run.status)
+            if run.status == BatteryRun.Status.INCOMPLETE
             else self.style.ERROR(run.status)
         )
+        if run.missing_suites and run.score_of_run is not None:
+            ran = ", ".join(sorted(run.suite_scores)) or "none"
+            write(
+                f"total {score} over every designed suite, {len(run.missing_suites)} of which "
+                f"did not run and count 0 ({', '.join(sorted(run.missing_suites))})"
+            )
+            write(
+                f"score of the suites that ran ({ran}): {run.score_of_run:.2f}"
+                " (not the battery's total)"
+            )
         write(
             f"total {score}   status {status}   seed {run.seed}   target {run.target}   agent {run.agent_name}"
         )
