@@ -233,6 +233,12 @@ class Question:
         return cls(frozenset(said), frozenset(named), said, tokens)
 
 
+def _asks_a_family(question: Question) -> bool:
+    return any(
+        _says(question.tokens, phrase) for phrases in FAMILY_PHRASES.values() for phrase in phrases
+    )
+
+
 def _says(tokens: Sequence[str], phrase: str) -> bool:
     """Does the question have the phrase's words, in a row?"""
     wanted = tuple(phrase.split())
@@ -335,7 +341,12 @@ def judge(
     beyond = asked - name_words if subject in (NAMED, PARTIAL) else asked
     match = _predicate(question, beyond, predicate_name, predicate_description, predicate_aliases)
     verdict = match.verdict
-    if verdict == NOT_ASKED and subject in (NAMED, PARTIAL) and not (beyond - WHOLE_STEMS):
+    if (
+        verdict == NOT_ASKED
+        and subject in (NAMED, PARTIAL)
+        and not (beyond - WHOLE_STEMS)
+        and not _asks_a_family(question)  # "How is X doing?" asks for a status
+    ):
         verdict = WHOLE_SUBJECT  # asking about a subject as a whole needs the subject named
     if verdict == NOT_ASKED and meaning is not None and meaning.accepted and subject == NAMED:
         # Only a named subject: a paraphrase about a subject guessed from a

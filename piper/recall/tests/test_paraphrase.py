@@ -85,6 +85,7 @@ def test_words_the_route_rules_give_to_another_route_still_reach_the_fact(agent)
         "Where is the billing export being held?",  # another subject's predicate
         "How much money does the search squad have?",  # never stated about it
         "When is the Kestrel offsite due?",  # the only time it has is a start
+        "How is the billing export doing?",  # a status, never stated: not everything known
     ],
 )
 def test_abstention_stays_honest(agent, question):
