@@ -470,7 +470,7 @@ def run_store(*, run, summary: Summary):
                 item=key,
                 title=f"{title}: evidence recall@10 >= {TARGET_R10:g}",
                 passed=passed,
-                failure_code="" if passed else "R0",
+                failure_code="" if passed else "R2",  # evidence not among the candidates
                 metrics=dict(row),
                 detail=""
                 if passed

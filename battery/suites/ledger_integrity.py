@@ -57,7 +57,7 @@ def _list_all(client: ApiClient, query: str = "") -> list[dict[str, Any]]:
     response = client.get(f"{EVENTS}?limit=1000{'&' + query if query else ''}")
     events: list[dict[str, Any]] = []
     while True:
-        _expect_status(response, 200, code=F.R0, what="GET /events")
+        _expect_status(response, 200, code=F.R2, what="GET /events")
         events.extend(response.body["results"])
         if not response.body.get("next"):
             return events
@@ -150,13 +150,13 @@ def append_read_back(ctx: ItemContext) -> dict[str, Any]:
     expect_equal(stored["redacted"], False, code=F.W0, what="redacted")
 
     by_id = client.get(f"{EVENTS}/{stored['id']}")
-    _expect_status(by_id, 200, code=F.R0, what="GET /events/{id}")
-    expect_equal(by_id.body, stored, code=F.R0, what="event read back by id")
+    _expect_status(by_id, 200, code=F.R2, what="GET /events/{id}")
+    expect_equal(by_id.body, stored, code=F.R2, what="event read back by id")
 
     listed = _list_all(client)
     expect_equal(len(listed), len(before) + 2, code=F.W0, what="events listed after two appends")
     in_list = [event for event in listed if event["id"] == stored["id"]]
-    expect_equal(in_list, [stored], code=F.R0, what="the event as listed")
+    expect_equal(in_list, [stored], code=F.R2, what="the event as listed")
     return {"seq": stored["seq"], "fields_checked": len(sent)}
 
 
@@ -191,7 +191,7 @@ def batch_atomic(ctx: ItemContext) -> dict[str, Any]:
     expect_equal(
         [e["id"] for e in appended],
         [r["id"] for r in body["events"]],
-        code=F.R0,
+        code=F.R2,
         what="listed ids of the batch, in order",
     )
     expect_equal(
@@ -359,7 +359,7 @@ def tamper_detected(ctx: ItemContext) -> dict[str, Any]:
 
     target = receipts[rng.randrange(1, size - 1)]
     original = client.get(f"{EVENTS}/{target['id']}")
-    _expect_status(original, 200, code=F.R0, what="read the event to tamper with")
+    _expect_status(original, 200, code=F.R2, what="read the event to tamper with")
     forged = {**original.body["payload"], "token": "forged"}
 
     expect_equal(
@@ -460,7 +460,7 @@ def isolation(ctx: ItemContext) -> dict[str, Any]:
         what="B's list filtered by A's event type",
     )
     a_ids = {e["id"] for e in _list_all(a)}
-    expect(a_event["id"] in a_ids, F.R0, "A cannot list its own event")
+    expect(a_event["id"] in a_ids, F.R2, "A cannot list its own event")
     expect(not a_ids & set(b_ids), F.R3, "A's list includes B's events")
 
     for field in ("parent_event_id", "correction_of"):

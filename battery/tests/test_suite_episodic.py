@@ -334,26 +334,26 @@ NOISE = [episode_hit(f"n{i}") for i in range(4)]
             answer(*NOISE[:2], episode_hit("t", occurred_at="2031-07-07T10:00:00+02:00")),
             (True, "", ""),
         ),
-        (answer(status=400), (False, "R0", "the recall was refused: HTTP 400 ")),
-        (answer(abstained=True), (False, "R0", "the recall abstained, but the memory is there")),
-        (answer(), (False, "R0", "the recall returned no evidence")),
+        (answer(status=400), (False, "R2", "the recall was refused: HTTP 400 ")),
+        (answer(abstained=True), (False, "R2", "the recall abstained, but the memory is there")),
+        (answer(), (False, "R2", "the recall returned no evidence")),
         (
             answer(*NOISE),
-            (False, "R0", "the event is not among the 4 results (first: episode 'episode n0')"),
+            (False, "R2", "the event is not among the 4 results (first: episode 'episode n0')"),
         ),
         (
             answer(*NOISE[:3], episode_hit("t")),
-            (False, "R2", "the event ranked 4, below noise (first: episode 'episode n0')"),
+            (False, "R3", "the event ranked 4, below noise (first: episode 'episode n0')"),
         ),
         (
             answer(episode_hit("t", outcome="failure")),
-            (False, "R1", 'outcome: expected "success", got "failure"'),
+            (False, "U0", 'outcome: expected "success", got "failure"'),
         ),
         (
             answer(episode_hit("t", occurred_at="2031-07-07T08:00:01Z")),
             (
                 False,
-                "R1",
+                "U0",
                 'occurred_at: expected "2031-07-07T08:00:00Z", got "2031-07-07T08:00:01Z"',
             ),
         ),
@@ -377,29 +377,29 @@ LOOKALIKES = {"l1": "Tokyo", "l2": "Oregon"}
         (answer(episode_hit("t"), episode_hit("l1")), (True, "", "")),
         (
             answer(episode_hit("l1"), episode_hit("t")),
-            (False, "R2", "a look-alike (region Tokyo) ranked first; the one asked about ranked 2"),
+            (False, "R3", "a look-alike (region Tokyo) ranked first; the one asked about ranked 2"),
         ),
         (
             answer(episode_hit("l2"), episode_hit("l1")),
             (
                 False,
-                "R1",
+                "R2",
                 "a look-alike (region Oregon) ranked first; the one asked about was not returned",
             ),
         ),
         (
             answer(episode_hit("n0"), episode_hit("t")),
-            (False, "R2", "episode 'episode n0' ranked first; the one asked about ranked 2"),
+            (False, "R3", "episode 'episode n0' ranked first; the one asked about ranked 2"),
         ),
         (
             answer(episode_hit("n0")),
             (
                 False,
-                "R0",
+                "R2",
                 "episode 'episode n0' ranked first; the one asked about was not returned",
             ),
         ),
-        (answer(abstained=True), (False, "R0", "the recall abstained, but the memory is there")),
+        (answer(abstained=True), (False, "R2", "the recall abstained, but the memory is there")),
     ],
 )
 def test_a_disambiguation_answer_wants_the_named_one_first(answered, verdict):
@@ -423,7 +423,7 @@ def groups(*members: tuple[str, list[str]]) -> list[dict]:
         (answer(*HITS, groups=groups(("sa", ["a1", "a2"]), ("sb", ["b1"]))), (True, "", "")),
         (
             answer(*HITS[:3], groups=groups(("sa", ["a2"]), ("sb", ["b1"]))),
-            (False, "R0", "1 of the 3 episodes were not returned (from sessions sa)"),
+            (False, "R2", "1 of the 3 episodes were not returned (from sessions sa)"),
         ),
         (
             answer(*HITS, groups=groups(("sa", ["a1"]), ("sb", ["b1"]))),
@@ -431,11 +431,11 @@ def groups(*members: tuple[str, list[str]]) -> list[dict]:
         ),
         (
             answer(*HITS, groups=groups(("sa", ["a1"]), ("sb", ["a2", "b1"]))),
-            (False, "R1", "an episode of session sa is grouped under 'sb'"),
+            (False, "U0", "an episode of session sa is grouped under 'sb'"),
         ),
         (
             answer(*HITS, groups=groups(("sa", ["a2", "a1"]), ("sb", ["b1"]))),
-            (False, "R1", "session sa's episodes are not in time order"),
+            (False, "U0", "session sa's episodes are not in time order"),
         ),
         (answer(*HITS), (False, "A0", "an episode of session sa is in no session group")),
     ],
@@ -451,17 +451,17 @@ def test_a_synthesis_answer_brings_every_session_back_grouped_in_time_order(answ
         (answer(abstained=True), (True, "", "")),
         (
             answer(episode_hit("n0"), abstained=True),
-            (False, "R1", "abstained but still offered episode 'episode n0' as evidence"),
+            (False, "R3", "abstained but still offered episode 'episode n0' as evidence"),
         ),
-        (answer(), (False, "R1", "returned no evidence without saying it abstained")),
+        (answer(), (False, "U0", "returned no evidence without saying it abstained")),
         (
             answer(episode_hit("n0")),
-            (False, "R1", "a false memory: offered episode 'episode n0' for what never happened"),
+            (False, "R3", "a false memory: offered episode 'episode n0' for what never happened"),
         ),
-        (answer(status=500), (False, "R0", "the recall was refused: HTTP 500 ")),
+        (answer(status=500), (False, "R2", "the recall was refused: HTTP 500 ")),
         (
             answer_of(response(200, {"evidence": []})),
-            (False, "R1", "returned no evidence without saying it abstained"),
+            (False, "U0", "returned no evidence without saying it abstained"),
         ),
     ],
 )
@@ -754,8 +754,8 @@ def test_a_recall_that_forgets_what_is_older_than_two_days_loses_the_72h_events(
     assert [(s.metrics["delay"], o.failure_code) for s, o in zip(specs, outcomes, strict=True)] == [
         ("24h", ""),
         ("24h", ""),
-        ("72h", "R0"),
-        ("72h", "R0"),
+        ("72h", "R2"),
+        ("72h", "R2"),
     ] * 2
     metrics = summarize(outcomes).metrics
     assert (metrics["event_recall"], metrics["event_recall_72h"]) == (0.5, 0.0)
@@ -763,13 +763,13 @@ def test_a_recall_that_forgets_what_is_older_than_two_days_loses_the_72h_events(
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_recall_that_ranks_the_wrong_way_round_is_R2(eager):
+def test_a_recall_that_ranks_the_wrong_way_round_is_R3(eager):
     specs, outcomes = run_small(ReversesRanking(InProcessTransport()), b1=2, b2=4, b3=2)
     b2 = [o for o in outcomes if o.metrics["kind"] == "B2"]
-    assert [o.failure_code for o in b2] == ["R2"] * 4
+    assert [o.failure_code for o in b2] == ["R3"] * 4
     assert all(o.detail.startswith("disambiguation '") for o in b2)
     assert all("ranked first; the one asked about ranked" in o.detail for o in b2)
-    assert {o.failure_code for o in outcomes if o.metrics["kind"] == "B1"} == {"R2"}
+    assert {o.failure_code for o in outcomes if o.metrics["kind"] == "B1"} == {"R3"}
     assert all(o.passed for o in outcomes if o.metrics["kind"] == "B3")  # order-free
     assert summarize(outcomes).metrics["disambiguation_accuracy"] == 0.0
 
@@ -780,12 +780,12 @@ def test_a_recall_that_never_abstains_makes_false_memories_and_one_that_always_d
     eager,
 ):
     specs, outcomes = run_small(NeverAbstains(InProcessTransport()), b1=2, b4=6)
-    assert [o.failure_code for o in outcomes] == ["", ""] + ["R1"] * 6
+    assert [o.failure_code for o in outcomes] == ["", ""] + ["R3"] * 6
     assert all("a false memory: offered episode" in o.detail for o in outcomes[2:])
     assert summarize(outcomes).metrics["false_memory_rate"] == 1.0
     specs, outcomes = run_small(AlwaysAbstains(InProcessTransport()), b1=2, b2=1, b3=1, b4=2)
     assert failures(outcomes) == [
-        ("R0", f"{q['q']} {q['text']!r}: the recall abstained, but the memory is there")
+        ("R2", f"{q['q']} {q['text']!r}: the recall abstained, but the memory is there")
         for s in specs[:4]
         for q in s.data["questions"]
     ] + [("", ""), ("", "")]
@@ -793,14 +793,14 @@ def test_a_recall_that_never_abstains_makes_false_memories_and_one_that_always_d
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_evidence_that_misreports_or_leaves_out_what_happened_is_R1_or_A0(eager):
+def test_evidence_that_misreports_or_leaves_out_what_happened_is_U0_or_A0(eager):
     specs, outcomes = run_small(SaysItWorked(InProcessTransport()), b1=8)
     for spec, result in zip(specs, outcomes, strict=True):
         if own(spec)[0]["outcome"] == "success":
             assert result.passed
         else:
             assert (result.failure_code, result.detail.split(": ", 1)[1]) == (
-                "R1",
+                "U0",
                 f'outcome: expected "{own(spec)[0]["outcome"]}", got "success"',
             )
     _, outcomes = run_small(ForgetsWho(InProcessTransport()), b1=2)
@@ -812,13 +812,13 @@ def test_evidence_that_misreports_or_leaves_out_what_happened_is_R1_or_A0(eager)
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_synthesis_without_its_session_groups_is_A0_and_with_them_merged_R1(eager):
+def test_a_synthesis_without_its_session_groups_is_A0_and_with_them_merged_U0(eager):
     specs, outcomes = run_small(LosesGroups(InProcessTransport()), b3=3)
     assert [(o.failure_code, "is in no session group" in o.detail) for o in outcomes] == [
         ("A0", True)
     ] * 3
     specs, outcomes = run_small(OneGroup(InProcessTransport()), b3=3)
-    assert [o.failure_code for o in outcomes] == ["R1"] * 3
+    assert [o.failure_code for o in outcomes] == ["U0"] * 3
     assert all(" is grouped under " in o.detail for o in outcomes)
 
 
@@ -868,7 +868,7 @@ def test_battery_run_suite_B_exits_non_zero_when_recall_never_abstains(
         "B pass rate >= 95%",
         "B false_memory_rate <= 0.02",
     ]
-    assert Counter(run.items.values_list("failure_code", flat=True)) == {"": 4, "R1": 4}
+    assert Counter(run.items.values_list("failure_code", flat=True)) == {"": 4, "R3": 4}
 
 
 @pytest.mark.slow

@@ -230,7 +230,7 @@ def test_a_service_whose_candidates_cite_nothing_fails_W1(monkeypatch, tmp_path)
         "f3_state_00": "W1",
         "f3_state_01": "W1",
     }
-    assert failed["f5_inject_00"] == "R3"
+    assert failed["f5_inject_00"] == "W0"  # stored without its instruction_like flag
     metrics = run.suite_scores["F"]["metrics"]
     assert metrics["consolidation_recall"] == 0.0
     assert metrics["instruction_flagged"] == 0.0
@@ -253,7 +253,7 @@ class VerifiesEverything(Faulty):
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_service_that_learns_from_unverified_traces_fails_R3(monkeypatch, tmp_path):
+def test_a_service_that_learns_from_unverified_traces_fails_W1(monkeypatch, tmp_path):
     monkeypatch.setattr(draw, "ITEMS_PER_MODE", 1)
     monkeypatch.setattr(consolidation_draw, "COUNTS", SMALL)
     monkeypatch.setattr(skill_draw, "LEARNABLE", 1)
@@ -268,8 +268,8 @@ def test_a_service_that_learns_from_unverified_traces_fails_R3(monkeypatch, tmp_
     run = BatteryRun.objects.get()
     failed = dict(run.items.filter(passed=False).values_list("item", "failure_code"))
     assert {key: code for key, code in failed.items() if key.startswith("f6_")} == {
-        "f6_unverified_01": "R3",
-        "f6_failed_02": "R3",
+        "f6_unverified_01": "W1",
+        "f6_failed_02": "W1",
     }
     metrics = run.suite_scores["F"]["metrics"]
     # One item of each phrasing: one counted in the gated figure, one held out.

@@ -42,7 +42,7 @@ def test_read_back_catches_an_event_that_changed_on_the_way_back(db):
         return response
 
     outcome = run_item("append_read_back", RewritingTransport(InProcessTransport(), corrupt))
-    assert (outcome.passed, outcome.failure_code) == (False, "R0")
+    assert (outcome.passed, outcome.failure_code) == (False, "R2")
     assert outcome.detail.startswith("event read back by id: expected {")
 
 

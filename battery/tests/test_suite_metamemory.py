@@ -210,13 +210,13 @@ REFUSED = answer_of(ApiResponse(status=400, body={"error": {}}, headers={}, text
         (recalled(fact("f", "Data")), (True, "", "")),
         (
             recalled(fact("f", "Infra")),
-            (False, "R1", 'the stored fact came back as "Infra", not "Data"'),
+            (False, "U0", 'the stored fact came back as "Infra", not "Data"'),
         ),
         (
             recalled(fact("x", "Data", subject="Lyra service"), fact("f", "Data")),
             (
                 False,
-                "R2",
+                "R3",
                 "fact 'owning team — Lyra service: Data' came first; the one asked about ranked 2",
             ),
         ),
@@ -224,12 +224,12 @@ REFUSED = answer_of(ApiResponse(status=400, body={"error": {}}, headers={}, text
             recalled(fact("x", "Search", subject="Lyra service")),
             (
                 False,
-                "R1",
+                "R2",
                 "fact 'owning team — Lyra service: Search' came back instead of the one asked about",
             ),
         ),
-        (recalled(abstained=True), (False, "R0", "no fact among the evidence")),
-        (REFUSED, (False, "R0", "the recall was refused: HTTP 400 bad")),
+        (recalled(abstained=True), (False, "R2", "no fact among the evidence")),
+        (REFUSED, (False, "R2", "the recall was refused: HTTP 400 bad")),
     ],
 )
 def test_a_value_answer_wants_the_stored_fact_first(answered, verdict):
@@ -245,21 +245,21 @@ def test_a_value_answer_wants_the_stored_fact_first(answered, verdict):
         (
             False,
             True,
-            (False, "A0", "older than its predicate's volatility, but not flagged for re-check"),
+            (False, "R0", "older than its predicate's volatility, but not flagged for re-check"),
         ),
         (
             True,
             False,
-            (False, "R1", "flagged for re-check, but it is younger than any volatility it has"),
+            (False, "R0", "flagged for re-check, but it is younger than any volatility it has"),
         ),
-        (None, True, (False, "A0", "its memory_status does not say whether to re-check it")),
+        (None, True, (False, "R0", "its memory_status does not say whether to re-check it")),
     ],
 )
 def test_the_recheck_flag_must_say_what_is_true(flag, stale, verdict):
     result = judge_staleness(recalled(fact("f", "Data", needs_recheck=flag)), "f", stale=stale)
     assert (result.ok, result.code, result.detail) == verdict
     missing = judge_staleness(recalled(fact("x", "Data")), "f", stale=stale)
-    assert (missing.code, missing.detail) == ("R0", "the stored fact is not among the evidence")
+    assert (missing.code, missing.detail) == ("R2", "the stored fact is not among the evidence")
 
 
 def test_a_stored_value_must_be_answered_and_an_unknowable_abstained():
@@ -272,7 +272,7 @@ def test_a_stored_value_must_be_answered_and_an_unknowable_abstained():
     }
     abstained = judge_answered(recalled(abstained=True))
     assert (abstained.code, abstained.detail) == (
-        "R0",
+        "R2",
         "the recall abstained, but the value is stored",
     )
     unknowable = {"expects": None, "needs_recheck": False}
@@ -280,7 +280,7 @@ def test_a_stored_value_must_be_answered_and_an_unknowable_abstained():
     assert judge_g1(recalled(abstained=True), unknowable, None)["abstain"].ok
     offered = judge_g1(recalled(fact("x", "Search")), unknowable, None)["abstain"]
     assert (offered.code, offered.detail) == (
-        "R1",
+        "R3",
         "a false memory: offered fact 'owning team — Vela service: Search' for what never happened",
     )
 
@@ -289,17 +289,17 @@ def test_a_route_is_right_or_names_who_decided_and_the_store_must_hold_the_thing
     assert judge_route(recalled(route="source"), "source").ok
     wrong = judge_route(recalled(route="what_happened"), "source")
     assert (wrong.code, wrong.detail) == (
-        "R0",
+        "R1",
         "routed to 'what_happened' (by 'what_happened.rule'), not 'source'",
     )
-    assert judge_route(REFUSED, "source").code == "R0"
+    assert judge_route(REFUSED, "source").code == "R2"
     skill = {"kind": "skill", "id": "v1", "text": "Rotate the keys"}
     found = lambda hit: hit.kind == "skill" and hit.id == "v1"  # noqa: E731
     assert judge_store(recalled(skill, route="how_to"), found, "the skill stored").ok
     assert judge_store(recalled(near=[skill], abstained=True), found, "the skill stored").ok
     missing = judge_store(recalled(fact("x", "Data")), found, "the skill stored")
     assert (missing.code, missing.detail) == (
-        "R0",
+        "R2",
         "the skill stored is neither evidence nor a near miss "
         "(first: fact 'owning team — Vela service: Data')",
     )
@@ -476,41 +476,41 @@ def test_every_kind_passes_against_the_real_service(eager):
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_stale_values_never_flagged_are_A0_and_fresh_ones_flagged_R1(eager):
+def test_stale_values_never_flagged_and_fresh_ones_flagged_are_R0(eager):
     _, outcomes = run_small(RecheckFlag(InProcessTransport(), False), g1=6)
-    assert codes(outcomes, look="stale") == ["A0", "A0"]
+    assert codes(outcomes, look="stale") == ["R0", "R0"]
     assert [o.detail.split(": ", 2)[-1] for o in outcomes if o.metrics.get("look") == "stale"] == [
         "older than its predicate's volatility, but not flagged for re-check"
     ] * 2
     assert codes(outcomes, look="stable") == ["", ""]
     _, outcomes = run_small(RecheckFlag(InProcessTransport(), True), g1=6)
-    assert codes(outcomes, look="stable") == ["R1", "R1"]
+    assert codes(outcomes, look="stable") == ["R0", "R0"]
     assert codes(outcomes, look="stale") == ["", ""]
     _, outcomes = run_small(RecheckFlag(InProcessTransport(), None), g1=6)
-    assert codes(outcomes, look="stale") + codes(outcomes, look="stable") == ["A0"] * 4
+    assert codes(outcomes, look="stale") + codes(outcomes, look="stable") == ["R0"] * 4
     assert summarize(outcomes).metrics["staleness_accuracy"] == 0.0
 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_recall_that_always_abstains_fails_what_is_stored_R0(eager):
+def test_a_recall_that_always_abstains_fails_what_is_stored_R2(eager):
     _, outcomes = run_small(AlwaysAbstains(InProcessTransport()), g1=6, g2=6)
-    assert codes(outcomes, look="stable") + codes(outcomes, look="stale") == ["R0"] * 4
+    assert codes(outcomes, look="stable") + codes(outcomes, look="stale") == ["R2"] * 4
     assert codes(outcomes, look="unknowable") == ["", ""]
-    assert codes(outcomes, kind="G2") == ["R0"] * 6  # nothing came back from any store
+    assert codes(outcomes, kind="G2") == ["R2"] * 6  # nothing came back from any store
     metrics = summarize(outcomes).metrics
     assert (metrics["abstention_accuracy"], metrics["route_store_accuracy"]) == (2 / 6, 0.0)
 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_router_that_sends_everything_to_one_store_is_R0_for_every_other_type(eager):
+def test_a_router_that_sends_everything_to_one_store_is_R1_for_every_other_type(eager):
     specs, outcomes = run_small(RoutesEverythingTo(InProcessTransport(), "what_happened"), g2=12)
     for spec, result in zip(specs, outcomes, strict=True):
         if spec.metrics["route"] == "what_happened":
             assert result.passed, result.detail
         else:
-            assert result.failure_code == "R0"
+            assert result.failure_code == "R1"
             assert "routed to 'what_happened' (by None), not" in result.detail
     assert summarize(outcomes).metrics["route_accuracy"] == 2 / 12
 
@@ -552,7 +552,7 @@ def test_battery_run_suite_G_exits_non_zero_when_recall_always_abstains(
         "G route_accuracy >= 0.95",  # not reported: no G2 item ran
         "G abstention_accuracy >= 0.95",
     ]
-    assert Counter(run.items.values_list("failure_code", flat=True)) == {"R0": 2, "": 1}
+    assert Counter(run.items.values_list("failure_code", flat=True)) == {"R2": 2, "": 1}
 
 
 @pytest.mark.slow

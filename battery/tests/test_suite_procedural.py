@@ -226,22 +226,22 @@ USE = {"expected": "ABC-1", "stale": "ABC-0", "naive": "abc"}
 @pytest.mark.parametrize(
     "run, verdict",
     [
-        (Run(match=answer(400, {})), ("R0", False)),
+        (Run(match=answer(400, {})), ("S0", False)),
         (
             Run(match=matched(near=[candidate(V2, reasons=[{"type": "below_similarity"}])])),
-            ("R0", False),
+            ("S0", False),
         ),
-        (Run(match=matched([candidate(V1)])), ("R1", False)),
-        (Run(match=matched([candidate(OTHER, "x"), candidate(V2)])), ("R2", True)),
-        (Run(match=matched([candidate(OTHER, "x")])), ("S1", True)),
-        (Run(match=matched([candidate(V2)]), requested=answer(409, {})), ("S0", False)),
+        (Run(match=matched([candidate(V1)])), ("R3", False)),
+        (Run(match=matched([candidate(OTHER, "x"), candidate(V2)])), ("R3", True)),
+        (Run(match=matched([candidate(OTHER, "x")])), ("S2", True)),
+        (Run(match=matched([candidate(V2)]), requested=answer(409, {})), ("S1", False)),
         (
             Run(
                 match=matched([candidate(V2)]),
                 requested=answer(202, {"id": "e"}),
                 execution={"status": "queued"},
             ),
-            ("S0", False),
+            ("S1", False),
         ),
         (
             Run(
@@ -249,7 +249,7 @@ USE = {"expected": "ABC-1", "stale": "ABC-0", "naive": "abc"}
                 requested=answer(202, {"id": "e"}),
                 execution=finished("ABC-1", validator_passed=False),
             ),
-            ("S0", False),
+            ("S1", False),
         ),
         (
             Run(
@@ -257,7 +257,7 @@ USE = {"expected": "ABC-1", "stale": "ABC-0", "naive": "abc"}
                 requested=answer(202, {"id": "e"}),
                 execution=finished("ABC-0"),
             ),
-            ("R1", False),
+            ("R3", False),
         ),
         (
             Run(
@@ -265,7 +265,7 @@ USE = {"expected": "ABC-1", "stale": "ABC-0", "naive": "abc"}
                 requested=answer(202, {"id": "e"}),
                 execution=finished("abc"),
             ),
-            ("S0", False),
+            ("S1", False),
         ),
         (
             Run(
@@ -285,10 +285,10 @@ def test_a_use_is_classified_in_order(run, verdict):
 def test_a_probe_is_safe_only_when_nothing_applies_and_says_why():
     contraindicated = [{"type": "contraindicated", "reason": "legacy"}]
     cases = [
-        (matched([candidate(V1)]), ("S1", True)),
-        (matched([candidate(OTHER, "x")]), ("S1", True)),
-        (matched(near=[candidate(V1, reasons=[{"type": "below_similarity"}])]), ("R1", False)),
-        (matched(), ("R1", False)),
+        (matched([candidate(V1)]), ("S2", True)),
+        (matched([candidate(OTHER, "x")]), ("S2", True)),
+        (matched(near=[candidate(V1, reasons=[{"type": "below_similarity"}])]), ("A0", False)),
+        (matched(), ("R2", False)),
         (matched(near=[candidate(V1, reasons=contraindicated)]), ("", False)),
     ]
     for match, verdict in cases:
@@ -477,7 +477,7 @@ def test_every_kind_passes_against_the_real_service(eager):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_match_that_ignores_contraindications_is_S1_misapplied(eager):
+def test_a_match_that_ignores_contraindications_is_S2_misapplied(eager):
     specs, outcomes = run_small(IgnoresContraindications(InProcessTransport()), d3=1, d5=3)
     d3, *d5 = outcomes
     assert d3.passed
@@ -486,7 +486,7 @@ def test_a_match_that_ignores_contraindications_is_S1_misapplied(eager):
             result.failure_code,
             result.metrics["misapplied"],
             result.metrics["safe_probes"],
-        ) == ("S1", 2, 0)
+        ) == ("S2", 2, 0)
         assert result.detail.startswith("probe 1 (context ")
         assert (
             "match offered the contraindicated skill, which the agent would execute"
@@ -498,10 +498,10 @@ def test_a_match_that_ignores_contraindications_is_S1_misapplied(eager):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_match_that_offers_the_superseded_version_is_R1_and_its_runs_obsolete(eager):
+def test_a_match_that_offers_the_superseded_version_is_R3_and_its_runs_obsolete(eager):
     _, outcomes = run_small(OffersFirstVersions(InProcessTransport()), d6=2)
     for result in outcomes:  # the service refuses to run v1: stale, but not run
-        assert result.failure_code == "R1"
+        assert result.failure_code == "R3"
         assert result.detail.startswith("use 1 (")
         assert "match offered the superseded version first: the old rule" in result.detail
         assert result.metrics["obsolete"] == 0
@@ -509,7 +509,7 @@ def test_a_match_that_offers_the_superseded_version_is_R1_and_its_runs_obsolete(
         OffersFirstVersions(InProcessTransport(), runs_anything=True), seed=12, d6=2
     )
     for result in outcomes:
-        assert [m["code"] for m in result.metrics["misses"]] == ["R3", "R3", "R1"]
+        assert [m["code"] for m in result.metrics["misses"]] == ["R3", "R3", "R3"]
         assert [m["q"] for m in result.metrics["misses"][:2]] == [
             "stale handle refused",
             "no obsolete execution",

@@ -454,7 +454,7 @@ def test_e7_recurring_items_fire_each_occurrence_after_the_last_was_done():
 # ----------------------------------------------------------------------------- grading
 
 
-DUE = {2: {}, 3: {"x": 1}, 4: {"x": 1}, 5: {}, 6: {"x": 2}, 7: miss(F.R0, "unreadable")}
+DUE = {2: {}, 3: {"x": 1}, 4: {"x": 1}, 5: {}, 6: {"x": 2}, 7: miss(F.R2, "unreadable")}
 
 
 @pytest.mark.parametrize(
@@ -479,8 +479,8 @@ DUE = {2: {}, 3: {"x": 1}, 4: {"x": 1}, 5: {}, 6: {"x": 2}, 7: miss(F.R0, "unrea
         ),
         (("x", 4, 2), (False, "P0", f"due at step 4 ({iso(STEPS[4])}) with occurrence 1, not 2")),
         (("y", 5, 1), (False, "P0", f"occurrence 1 not due at step 5 ({iso(STEPS[5])})")),
-        (("x", 7, 1), (False, "R0", "unreadable")),
-        (("x", 8, 1), (False, "R0", f"nothing was read at step 8 ({iso(STEPS[8])})")),
+        (("x", 7, 1), (False, "R2", "unreadable")),
+        (("x", 8, 1), (False, "R2", f"nothing was read at step 8 ({iso(STEPS[8])})")),
     ],
 )
 def test_a_cue_is_recalled_when_due_at_its_step_with_its_occurrence(args, verdict):
@@ -501,7 +501,7 @@ def test_quiet_means_not_due_at_all():
     assert judge_quiet("x", 6, "a distractor", DUE) == miss(
         F.P1, f"due at step 6 ({iso(STEPS[6])}), before its cue (a distractor)"
     )
-    assert judge_quiet("x", 7, "why", DUE) == miss(F.R0, "unreadable")
+    assert judge_quiet("x", 7, "why", DUE) == miss(F.R2, "unreadable")
 
 
 def test_cancelled_and_completed_ones_are_never_due_nor_fired_again():
@@ -516,7 +516,7 @@ def test_cancelled_and_completed_ones_are_never_due_nor_fired_again():
     assert judge_after("x", 3, {**due, 9: {"x": 1}}, fired, what="cancelled") == miss(
         F.P1, f"cancelled at step 3 ({iso(STEPS[3])}), but due again at step 9 ({iso(STEPS[9])})"
     )
-    unread = miss(F.R0, "no ledger")
+    unread = miss(F.R2, "no ledger")
     assert judge_after("x", 3, due, unread, what="cancelled") == unread
 
 
@@ -539,9 +539,9 @@ def test_a_dependent_of_a_cancelled_one_ends_cancelled_naming_it_never_fired():
         f"{iso(STEPS[4])}",
     )
     assert judge_settled("x", "d1", None, 404, {}) == miss(
-        F.R0, "GET /intentions/{id} answered HTTP 404"
+        F.R2, "GET /intentions/{id} answered HTTP 404"
     )
-    unread = miss(F.R0, "no ledger")
+    unread = miss(F.R2, "no ledger")
     assert judge_settled("x", "d1", settled, 200, unread) == unread
 
 
@@ -569,25 +569,25 @@ PACKAGE = {
 def test_a_resume_lists_open_intentions_due_and_overdue_first_with_the_fired_pending():
     assert judge_listed("rest2", PACKAGE, listed=True) == CORRECT
     assert judge_listed("gone", PACKAGE, listed=False) == CORRECT
-    assert judge_listed("gone", PACKAGE, listed=True).code == "A0"
+    assert judge_listed("gone", PACKAGE, listed=True).code == "R2"
     assert judge_listed("rest1", PACKAGE, listed=False) == miss(
         F.R3, "a completed intention is listed on resume as open"
     )
     assert judge_order([["due1"], ["over"], ["rest2", "rest1"]], PACKAGE) == CORRECT
     assert judge_order([["due1"], [], ["over"]], PACKAGE) == CORRECT
     assert judge_order([["over"], ["due1"], []], PACKAGE) == miss(
-        F.A0,
+        F.R3,
         "the resume does not list due and overdue intentions first: due at positions [1], "
         "later groups from 0",
     )
-    assert judge_order([["due1"], ["rest2"], ["over"]], PACKAGE).code == "A0"
+    assert judge_order([["due1"], ["rest2"], ["over"]], PACKAGE).code == "R3"
     assert judge_pending("due1", PACKAGE) == CORRECT
-    assert judge_pending("rest1", PACKAGE).code == "A0"  # rehearsed, not fired
+    assert judge_pending("rest1", PACKAGE).code == "R2"  # rehearsed, not fired
     assert judge_inherited({"inherited_by": "s2"}, 200, "s2") == CORRECT
     assert judge_inherited({"inherited_by": ""}, 200, "s2") == miss(
-        F.R0, "inherited_by is '', not the successor 's2'"
+        F.W0, "inherited_by is '', not the successor 's2'"
     )
-    assert judge_inherited(None, 404, "s2") == miss(F.R0, "GET /intentions/{id} answered HTTP 404")
+    assert judge_inherited(None, 404, "s2") == miss(F.R2, "GET /intentions/{id} answered HTTP 404")
 
 
 def outcome(passed: bool, planned: dict, correct: dict | None = None):
@@ -1021,19 +1021,19 @@ def test_a_ledger_that_records_a_firing_twice_is_P1(db):
     )
 
 
-def test_a_resume_that_forgets_the_threads_intentions_is_A0(db):
+def test_a_resume_that_forgets_the_threads_intentions_is_R2(db):
     _, outcomes = run_small(ResumeForgetsIntentions(InProcessTransport()), e5=4)
     assert [first_miss(o) for o in outcomes] == [
-        ("A0", "early listed: an open intention of the thread is not listed on resume")
+        ("R2", "early listed: an open intention of the thread is not listed on resume")
     ] * 4
     assert summarize(outcomes).metrics["handover_retention"] < 1
 
 
-def test_intentions_not_inherited_by_the_successor_are_R0(db):
+def test_intentions_not_inherited_by_the_successor_are_W0(db):
     specs, outcomes = run_small(InheritsNothing(InProcessTransport()), e5=3)
     assert [first_miss(o) for o in outcomes] == [
         (
-            "R0",
+            "W0",
             f"early inherited: inherited_by is '', not the successor 'session-{s.data['token']}-2'",
         )
         for s in specs

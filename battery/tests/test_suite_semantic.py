@@ -244,12 +244,12 @@ def value_question(expect, *, nothing=False, stale=(), forbidden=(), confusable=
         (
             value_question("b", stale=["a"]),
             ["a"],
-            (False, "R1", True, 'expected ["b"], got ["a"] (a superseded or outdated value)'),
+            (False, "R3", True, 'expected ["b"], got ["a"] (a superseded or outdated value)'),
         ),
         (
             value_question("b", stale=["a"]),
             ["b", "a"],
-            (False, "R1", True, 'expected ["b"], got ["b", "a"] (a superseded or outdated value)'),
+            (False, "R3", True, 'expected ["b"], got ["b", "a"] (a superseded or outdated value)'),
         ),
         (
             value_question("b", forbidden=["z"]),
@@ -261,12 +261,12 @@ def value_question(expect, *, nothing=False, stale=(), forbidden=(), confusable=
             ["z"],
             (False, "R3", False, 'expected nothing, got ["z"] (a value not in force at that time)'),
         ),
-        (value_question("b"), [], (False, "R0", False, 'expected ["b"], got []')),
-        (value_question(1), [True], (False, "R1", False, "expected [1], got [true]")),
+        (value_question("b"), [], (False, "R2", False, 'expected ["b"], got []')),
+        (value_question(1), [True], (False, "R3", False, "expected [1], got [true]")),
         (
             value_question("Porto", confusable=["Portland"]),
             ["Portland"],
-            (False, "R1", False, 'expected ["Porto"], got ["Portland"] (a look-alike\'s value)'),
+            (False, "R3", False, 'expected ["Porto"], got ["Portland"] (a look-alike\'s value)'),
         ),
         (
             value_question("b"),
@@ -289,7 +289,7 @@ def path(*parts):
     [
         ([path("A", "p", "B")], [], [path("a", "p", "b")], (True, "")),
         ([], [path("A", "p", "B")], [], (True, "")),
-        ([path("A", "p", "B")], [], [], (False, "R0", "expected A -p-> B, got no path")),
+        ([path("A", "p", "B")], [], [], (False, "R2", "expected A -p-> B, got no path")),
         (
             [],
             [path("A", "p", "B")],
@@ -304,7 +304,7 @@ def path(*parts):
             [path("A", "p", "B")],
             [],
             [path("A", "q", "B")],
-            (False, "R1", "expected A -p-> B, got A -q-> B"),
+            (False, "R3", "expected A -p-> B, got A -q-> B"),
         ),
         (
             [path("A", "p", "B")],
@@ -322,21 +322,21 @@ def test_path_answers_are_classified(expect, forbidden, got, verdict):
 def test_an_item_fails_with_its_first_miss_and_keeps_every_count():
     tally = Tally(planned={"as_of": 3, "current_value": 1})
     tally.record({"metric": "current_value"}, "current X.p", judge_values(value_question(1), [1]))
-    tally.record({"metric": "as_of"}, "as_of X.p at T1", miss(F.R1, "stale", stale=True))
+    tally.record({"metric": "as_of"}, "as_of X.p at T1", miss(F.R3, "stale", stale=True))
     tally.record({"metric": "as_of"}, "as_of X.p at T2", judge_values(value_question(2), [2]))
-    tally.record({"metric": "as_of"}, "as_of X.p at T3", miss(F.R0, "gone"))
+    tally.record({"metric": "as_of"}, "as_of X.p at T3", miss(F.R2, "gone"))
     with pytest.raises(ItemFailure) as caught:
         tally.outcome()
     assert (caught.value.code, caught.value.detail) == (
-        F.R1,
-        "as_of X.p at T1: stale (and 1 more: R0)",
+        F.R3,
+        "as_of X.p at T1: stale (and 1 more: R2)",
     )
     assert caught.value.metrics == {
         "correct": {"as_of": 1, "current_value": 1},
         "stale": 1,
         "misses": [
-            {"q": "as_of X.p at T1", "code": "R1", "stale": True},
-            {"q": "as_of X.p at T3", "code": "R0", "stale": False},
+            {"q": "as_of X.p at T1", "code": "R3", "stale": True},
+            {"q": "as_of X.p at T3", "code": "R2", "stale": False},
         ],
     }
     passing = Tally(planned={"multihop": 1})
@@ -562,7 +562,7 @@ def test_every_kind_passes_against_the_real_service():
     }
 
 
-def test_a_stale_current_value_is_R1_and_counted_stale(db):
+def test_a_stale_current_value_is_R3_and_counted_stale(db):
     specs, outcomes = run_small(StaleCurrent(InProcessTransport()), c1=4, c2=6)
     assert [o.passed for o in by_kind(outcomes, "C1")] == [True] * 4  # one version: not stale
     expected = []
@@ -572,7 +572,7 @@ def test_a_stale_current_value_is_R1_and_counted_stale(db):
         expected.append(
             (
                 False,
-                "R1",
+                "R3",
                 f"current {chain[0]['subject']}.{chain[0]['predicate']}: expected {last}, "
                 f"got {first} (a superseded or outdated value)",
             )
@@ -643,7 +643,7 @@ def test_paths_that_ignore_valid_time_are_found_through_ended_relations(db):
     specs, outcomes = run_small(PathsAlwaysNow(InProcessTransport()), c5=8)
     for spec, result in zip(specs, outcomes, strict=True):
         if "ended" in spec.title:  # the old path at a past time is gone: not found
-            assert (result.failure_code, "expected " in result.detail) == ("R0", True)
+            assert (result.failure_code, "expected " in result.detail) == ("R2", True)
         else:  # the chain before it was complete: found anyway
             assert result.failure_code == "R3"
             assert result.detail.endswith("(through a relation not valid at that time)")

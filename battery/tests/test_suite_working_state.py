@@ -179,21 +179,21 @@ STATE = {"goal": "G", "next_action": {"tool": "sql", "retries": 1, "dry_run": Tr
             {"next_action": {"dry_run": True, "retries": 1, "tool": "sql"}},
             (True, "", ""),
         ),
-        ("goal", None, (False, "R0", "the resume returned no checkpoint")),
-        ("goal", {}, (False, "R0", 'the field is gone (expected "G")')),
+        ("goal", None, (False, "R2", "the resume returned no checkpoint")),
+        ("goal", {}, (False, "R2", 'the field is gone (expected "G")')),
         (
             "goal",
             {"goal": "G0"},
-            (False, "R1", 'expected "G", got "G0" (an earlier version\'s value)'),
+            (False, "R3", 'expected "G", got "G0" (an earlier version\'s value)'),
         ),
-        ("goal", {"goal": "GN"}, (False, "R1", 'expected "G", got "GN" (another thread\'s value)')),
-        ("goal", {"goal": "g"}, (False, "R1", 'expected "G", got "g"')),
+        ("goal", {"goal": "GN"}, (False, "R3", 'expected "G", got "GN" (another thread\'s value)')),
+        ("goal", {"goal": "g"}, (False, "W0", 'expected "G", got "g"')),
         (
             "next_action",
             {"next_action": {"tool": "sql", "retries": 1, "dry_run": 1}},
             (
                 False,
-                "R1",
+                "W0",
                 'expected {"dry_run": true, "retries": 1, "tool": "sql"}, '
                 'got {"dry_run": 1, "retries": 1, "tool": "sql"}',
             ),
@@ -213,9 +213,9 @@ def test_a_field_is_exact_or_classified_in_order(name, state, verdict):
         (True, [{"kind": "artifact", "name": "a"}], (True, "")),
         (False, [], (True, "")),
         (False, [{"kind": "tool_handle", "name": "a"}], (True, "")),  # another kind
-        (True, [], (False, "A0")),
-        (True, [{"kind": "tool_handle", "name": "a"}], (False, "A0")),
-        (False, [{"kind": "artifact", "name": "a"}], (False, "R1")),
+        (True, [], (False, "R0")),
+        (True, [{"kind": "tool_handle", "name": "a"}], (False, "R0")),
+        (False, [{"kind": "artifact", "name": "a"}], (False, "R0")),
     ],
 )
 def test_a_dependency_is_listed_for_recheck_exactly_when_stale(stale, listed, verdict):
@@ -226,21 +226,21 @@ def test_a_dependency_is_listed_for_recheck_exactly_when_stale(stale, listed, ve
 def test_an_item_fails_with_its_first_miss_and_keeps_every_count():
     tally = Tally(planned={"field": 2, "handover": 1, "recheck": 1})
     tally.record("field", "field goal", judge_field("goal", "G", {"goal": "G"}))
-    tally.record("recheck", "re-check artifact a", miss(F.A0, "not listed"))
-    tally.record("field", "field subgoal", miss(F.R0, "gone"))
+    tally.record("recheck", "re-check artifact a", miss(F.R0, "not listed"))
+    tally.record("field", "field subgoal", miss(F.R2, "gone"))
     tally.record("handover", "acknowledged", judge_field("goal", "G", {"goal": "G"}))
     with pytest.raises(ItemFailure) as caught:
         tally.outcome(retained=not tally.missed("field", "handover"))
     assert (caught.value.code, caught.value.detail) == (
-        F.A0,
-        "re-check artifact a: not listed (and 1 more: R0)",
+        F.R0,
+        "re-check artifact a: not listed (and 1 more: R2)",
     )
     assert caught.value.metrics == {
         "correct": {"field": 1, "handover": 1},
         "retained": False,
         "misses": [
-            {"q": "re-check artifact a", "code": "A0"},
-            {"q": "field subgoal", "code": "R0"},
+            {"q": "re-check artifact a", "code": "R0"},
+            {"q": "field subgoal", "code": "R2"},
         ],
     }
 
@@ -461,11 +461,11 @@ def test_every_kind_passes_against_the_real_service(db):
     }
 
 
-def test_a_resume_that_drops_a_field_is_R0_state_lost(db):
+def test_a_resume_that_drops_a_field_is_R2_state_lost(db):
     specs, outcomes = run_small(DropsNextAction(InProcessTransport()), a1=2, a2=2, a3=2)
     assert failures(outcomes) == [
         (
-            "R0",
+            "R2",
             f"field next_action: the field is gone (expected {shown(final(spec)['next_action'])})",
         )
         for spec in specs
@@ -475,33 +475,33 @@ def test_a_resume_that_drops_a_field_is_R0_state_lost(db):
     assert (metrics["working_state_exactness"], metrics["handover_retention"]) == (6 / 7, 0.0)
 
 
-def test_a_resume_of_the_version_before_the_last_is_R1_stale(db):
+def test_a_resume_of_the_version_before_the_last_is_R3_stale(db):
     specs, outcomes = run_small(ResumesTheVersionBefore(InProcessTransport()), a1=8)
     for spec, result in zip(specs, outcomes, strict=True):
         if len(spec.data["versions"]) == 1:  # the version before is the empty one
             assert failures([result]) == [
-                ("R0", f"field goal: the field is gone (expected {shown(final(spec)['goal'])})")
+                ("R2", f"field goal: the field is gone (expected {shown(final(spec)['goal'])})")
             ]
             continue
         draft = spec.data["versions"][-2]
         first = next(name for name in CRITICAL if draft[name] != final(spec)[name])
-        assert result.failure_code == "R1"
+        assert result.failure_code == "R3"
         assert result.detail.startswith(f"field {first}: expected ")
         assert "(an earlier version's value)" in result.detail.split(" (and ")[0]
 
 
-def test_a_resume_of_a_neighbour_threads_checkpoint_is_R1_crossed(db):
+def test_a_resume_of_a_neighbour_threads_checkpoint_is_R3_crossed(db):
     specs, outcomes = run_small(CrossesThreads(InProcessTransport()), a2=3)
     for result in outcomes:
-        assert result.failure_code == "R1"
+        assert result.failure_code == "R3"
         assert result.detail.startswith("field goal: expected ")
         assert result.detail.split(" (and ")[0].endswith("(another thread's value)")
         assert result.metrics["correct"].get("field", 0) == 0
 
 
-def test_a_resume_that_lists_no_stale_dependency_is_A0_and_one_that_lists_fresh_ones_R1(db):
+def test_a_recheck_need_missed_or_falsely_raised_is_R0(db):
     specs, outcomes = run_small(NeverRechecks(InProcessTransport()), a1=2, a3=4)
-    assert [o.failure_code for o in outcomes] == ["", "", "A0", "A0", "A0", "A0"]
+    assert [o.failure_code for o in outcomes] == ["", "", "R0", "R0", "R0", "R0"]
     for spec, result in zip(specs[2:], outcomes[2:], strict=True):
         first = next(e for e in spec.data["external"] if e["stale"])
         assert result.detail.split(" (and ")[0] == (
@@ -510,7 +510,7 @@ def test_a_resume_that_lists_no_stale_dependency_is_A0_and_one_that_lists_fresh_
         )
         assert result.metrics["retained"] is True  # the checkpoint itself came through
     _, outcomes = run_small(RechecksEverything(InProcessTransport()), a1=2, a3=4)
-    assert {o.failure_code for o in outcomes[:2]} == {"R1"}
+    assert {o.failure_code for o in outcomes[:2]} == {"R0"}
     assert all(
         o.detail.split(" (and ")[0].endswith("still fresh at the resume, but listed for re-check")
         for o in outcomes[:2]
@@ -518,9 +518,10 @@ def test_a_resume_that_lists_no_stale_dependency_is_A0_and_one_that_lists_fresh_
     assert summarize(outcomes).metrics["recheck_accuracy"] < 1
 
 
-def test_noise_that_moves_the_version_is_R1(db):
+def test_noise_that_moves_the_version_is_W0(db):
     _, outcomes = run_small(VersionMoves(InProcessTransport()), a1=1, a2=2)
     assert outcomes[0].passed
+    assert {o.failure_code for o in outcomes[1:]} == {"W0"}
     assert [re.sub(r"\d+", "N", o.detail) for o in outcomes[1:]] == [
         "version unchanged: the checkpoint is version N, not N: noise wrote it"
     ] * 2
@@ -576,7 +577,7 @@ def test_battery_run_suite_A_exits_non_zero_when_a_field_is_lost(monkeypatch, tm
         "A handover_retention >= 1",
         "cap 70: current_fact_accuracy, procedure_execution, handover_retention >= 0.6",
     ]
-    assert Counter(run.items.values_list("failure_code", flat=True)) == {"R0": 6}
+    assert Counter(run.items.values_list("failure_code", flat=True)) == {"R2": 6}
 
 
 @pytest.mark.slow

@@ -896,7 +896,7 @@ def _b1_item(draw: Draw, number: int) -> ItemSpec:
         "b1",
         number,
         f"B1 event recall ({form}) after a handover and {delay}",
-        F.R0,
+        F.R2,
         data,
         form=form,
         delay=delay,
@@ -965,7 +965,7 @@ def _b2_item(draw: Draw, number: int) -> ItemSpec:
         "b2",
         number,
         f"B2 disambiguation: five {system} episodes differing in {feature}",
-        F.R2,
+        F.R3,
         data,
         feature=feature,
     )
@@ -1027,7 +1027,7 @@ def _b3_item(draw: Draw, number: int) -> ItemSpec:
         "b3",
         number,
         f"B3 synthesis: {total} episodes over {sessions} sessions",
-        F.R0,
+        F.R2,
         data,
         sessions=sessions,
     )
@@ -1056,7 +1056,7 @@ def b4_never(draw: Draw, count: int) -> list[ItemSpec]:
                 "b4",
                 number,
                 "B4 an event that never happened",
-                F.R1,
+                F.R3,
                 {"episodes": [], "questions": [question]},
             )
         )

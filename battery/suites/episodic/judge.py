@@ -2,19 +2,19 @@
 
 An event question (B1) is classified in this order:
 1. the recall was refused, or abstained, or the event is not among the
-   evidence: R0 (the memory exists but was not found);
-2. it is there but below EVENT_DEPTH: R2 (ranked below noise);
-3. the evidence leaves out who, when, what or how it ended: A0 (retrieved,
-   not surfaced); says something else than what was written: R1;
+   evidence: R2 (not among the candidates);
+2. it is there but below EVENT_DEPTH: R3 (outranked);
+3. the evidence leaves out who, when, what or how it ended: A0 (in context,
+   ignored); says something else than what was written: U0;
 4. otherwise correct.
 
 A disambiguation question (B2): its episode first is correct; below a
-look-alike R2; missing with a look-alike first R1; missing, nothing like it R0.
-A synthesis question (B3): every episode among the evidence (R0 for those
-missing), each in the group of its own session (A0 when in none, R1 under
-another), each group in time order (R1).
-A question about what never happened (B4): anything but an abstention with
-no evidence is a false memory, R1.
+look-alike R3; missing R2.
+A synthesis question (B3): every episode among the evidence (R2 for those
+missing), each in the group of its own session (A0 when in none, U0 under
+another), each group in time order (U0).
+A question about what never happened (B4): anything offered is a false
+memory, R3; no evidence without saying it abstained, U0.
 
 The suite's metrics count questions, not items: an item that could not ask
 counts every question it planned as wrong (so as a false memory, for B4).
@@ -39,11 +39,11 @@ EVENT_FIELDS = ("actor", "occurred_at", "action", "outcome")
 
 def _refused(answer: Answer) -> Verdict | None:
     if not answer.ok:
-        return miss(F.R0, f"the recall was refused: {answer.response.describe()}")
+        return miss(F.R2, f"the recall was refused: {answer.response.describe()}")
     if answer.abstained:
-        return miss(F.R0, "the recall abstained, but the memory is there")
+        return miss(F.R2, "the recall abstained, but the memory is there")
     if not answer.evidence:
-        return miss(F.R0, "the recall returned no evidence")
+        return miss(F.R2, "the recall returned no evidence")
     return None
 
 
@@ -65,17 +65,18 @@ def judge_event(answer: Answer, target_id: str, written: Mapping[str, Any]) -> V
     first = answer.evidence[0].describe()
     if rank is None:
         return miss(
-            F.R0, f"the event is not among the {len(answer.evidence)} results (first: {first})"
+            F.R2, f"the event is not among the {len(answer.evidence)} results (first: {first})"
         )
     if rank > EVENT_DEPTH:
-        return miss(F.R2, f"the event ranked {rank}, below noise (first: {first})")
+        return miss(F.R3, f"the event ranked {rank}, below noise (first: {first})")
     hit = answer.evidence[rank - 1]
     for name in EVENT_FIELDS:
         if name not in hit.obj:
             return miss(F.A0, f"the evidence does not say its {name}")
         if not _same_field(name, hit.obj[name], written[name]):
+            # the right episode with another value: U0 (a wrong write, W0, reads the same)
             return miss(
-                F.R1, f"{name}: expected {shown(written[name])}, got {shown(hit.obj[name])}"
+                F.U0, f"{name}: expected {shown(written[name])}, got {shown(hit.obj[name])}"
             )
     return CORRECT
 
@@ -96,10 +97,10 @@ def judge_disambiguation(
     else:
         what = f"{first.describe()} ranked first"
     if rank is not None:
-        return miss(F.R2, f"{what}; the one asked about ranked {rank}")
+        return miss(F.R3, f"{what}; the one asked about ranked {rank}")
     if first.id in lookalikes:
-        return miss(F.R1, f"{what}; the one asked about was not returned")
-    return miss(F.R0, f"{what}; the one asked about was not returned")
+        return miss(F.R2, f"{what}; the one asked about was not returned")
+    return miss(F.R2, f"{what}; the one asked about was not returned")
 
 
 def judge_synthesis(
@@ -117,7 +118,7 @@ def judge_synthesis(
     missing = [t for t in targets if t not in returned]
     if missing:
         return miss(
-            F.R0,
+            F.R2,
             f"{len(missing)} of the {len(targets)} episodes were not returned "
             f"(from sessions {', '.join(sorted({sessions[t] for t in missing}))})",
         )
@@ -131,7 +132,7 @@ def judge_synthesis(
         group = placed[target][1]
         if group.get("session_id") != sessions[target]:
             return miss(
-                F.R1,
+                F.U0,
                 f"an episode of session {sessions[target]} is grouped under "
                 f"{group.get('session_id')!r}",
             )
@@ -140,24 +141,25 @@ def judge_synthesis(
         by_position = sorted(own, key=lambda t: placed[t][0])
         by_time = sorted(own, key=lambda t: (moment(times[t]), placed[t][0]))
         if by_position != by_time:
-            return miss(F.R1, f"session {session}'s episodes are not in time order")
+            return miss(F.U0, f"session {session}'s episodes are not in time order")
     return CORRECT
 
 
 def judge_abstain(answer: Answer) -> Verdict:
     """B4 (and suite G's unknowables): no supporting memory, and nothing offered."""
     if not answer.ok:
-        return miss(F.R0, f"the recall was refused: {answer.response.describe()}")
+        return miss(F.R2, f"the recall was refused: {answer.response.describe()}")
     if answer.abstained is True and not answer.evidence:
         return CORRECT
     if answer.abstained is True:
         return miss(
-            F.R1, f"abstained but still offered {answer.evidence[0].describe()} as evidence"
+            F.R3, f"abstained but still offered {answer.evidence[0].describe()} as evidence"
         )
     if not answer.evidence:
-        return miss(F.R1, "returned no evidence without saying it abstained")
+        # nothing came back, but the answer does not say so: used wrongly, not retrieved wrongly
+        return miss(F.U0, "returned no evidence without saying it abstained")
     return miss(
-        F.R1,
+        F.R3,
         f"a false memory: offered {answer.evidence[0].describe()} for what never happened",
     )
 

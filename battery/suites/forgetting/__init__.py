@@ -10,7 +10,7 @@ could bring erased data back — a rebuild of every projection, a re-embed, a
 retention sweep, a consolidation run of each kind, the retry of the original
 write under its Idempotency-Key. Each item's `check` then searches every read
 path's answer for the erased tokens (residue, regenerated: R3) and looks for
-what must have stayed (collateral: R0).
+what must have stayed (collateral: R2).
 
 F3–F6 (consolidation quality, duplicates, poisoning, candidate skills from
 traces) run in an agent of their own: consolidation.py, drawn by
@@ -240,7 +240,7 @@ def prepare(ctx: ItemContext, specs: Sequence[ItemSpec]) -> World:
     call_command("retention_sweep", agent=str(agent.pk), no_progress=True)
     for kind in consolidation.RUN_KINDS:
         if problem := consolidation.consolidate(world.api, kind):
-            raise ItemFailure(F.R3, f"consolidation after the erasures: {problem}")
+            raise ItemFailure(F.W1, f"consolidation after the erasures: {problem}")
     for spec in specs:
         written = world.people.get((spec.key, "person"))
         if written is not None and spec.key not in world.errors:
@@ -255,6 +255,7 @@ def prepare(ctx: ItemContext, specs: Sequence[ItemSpec]) -> World:
 
 def _absent(api: ForgettingApi, token: str, response: ApiResponse, where: str) -> Verdict:
     if response.status >= 500:
+        # the read path failed, so residue cannot be ruled out: counted as residue (fail closed)
         return miss(F.R3, f"{where} failed: {response.describe()}")
     if token in response.text:
         return miss(F.R3, f"{where} still shows the erased token {token}")
@@ -264,7 +265,7 @@ def _absent(api: ForgettingApi, token: str, response: ApiResponse, where: str) -
 def _present(token: str, response: ApiResponse, where: str) -> Verdict:
     if response.status != 200 or token not in response.text:
         return miss(
-            F.R0, f"{where} lost {token}, which was not erased: {response.describe(limit=200)}"
+            F.R2, f"{where} lost {token}, which was not erased: {response.describe(limit=200)}"
         )
     return CORRECT
 

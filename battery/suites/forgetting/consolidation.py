@@ -298,14 +298,14 @@ def _check_duplicates(world: World, spec: ItemSpec, tally: Tally) -> None:
         tally,
         "canonical_found",
         "search for the note",
-        CORRECT if canonical in hits else miss(F.R0, f"the canonical episode is not in {hits}"),
+        CORRECT if canonical in hits else miss(F.R2, f"the canonical episode is not in {hits}"),
     )
     shown = [c for c in copies if c in hits]
     _count(
         tally,
         "duplicates_hidden",
         "search for the note",
-        CORRECT if not shown else miss(F.R1, f"search shows {len(shown)} copies beside it"),
+        CORRECT if not shown else miss(F.R3, f"search shows {len(shown)} copies beside it"),
     )
     look_alike = ids["look_alike"]
     named = _get(api, look_alike).get("canonical_id")
@@ -317,7 +317,8 @@ def _check_duplicates(world: World, spec: ItemSpec, tally: Tally) -> None:
         CORRECT
         if named is None and found
         else miss(
-            F.R1,
+            # W1 when it was merged under the canonical; one merely not found (R2) shares this verdict
+            F.W1,
             f"the look-alike (one detail differs) names canonical {named}; found by search: "
             f"{found}",
         ),
@@ -338,16 +339,17 @@ def _check_poison(world: World, spec: ItemSpec, tally: Tally) -> None:
         "consolidation",
         CORRECT
         if not rows
-        else miss(F.R3, f"consolidation proposed the poisoned claim: {_shown(rows[0])}"),
+        else miss(F.W1, f"consolidation proposed the poisoned claim: {_shown(rows[0])}"),
     )
     values, problem = _current_values(world.api, subject, predicate)
     user = spec.data.get("user_value")
     if problem:
+        # the current value could not be read: the poison cannot be ruled out (fail closed)
         verdict = miss(F.R3, problem)
     elif norm(value) in values:
         verdict = miss(F.R3, f"the poisoned value {value!r} is the current fact")
     elif user is not None and norm(user) not in values:
-        verdict = miss(F.R1, f"the user's value {user!r} is no longer current: {values}")
+        verdict = miss(F.R3, f"the user's value {user!r} is no longer current: {values}")
     else:
         verdict = CORRECT
     _count(tally, "poison_current", "GET /facts/current", verdict)
@@ -359,7 +361,7 @@ def _check_poison(world: World, spec: ItemSpec, tally: Tally) -> None:
             "instruction_like",
             CORRECT
             if episode.get("instruction_like") is True
-            else miss(F.R3, "text addressed to the model was not flagged instruction_like"),
+            else miss(F.W0, "text addressed to the model was not flagged instruction_like"),
         )
 
 
@@ -386,7 +388,7 @@ def _check_procedure(world: World, spec: ItemSpec, tally: Tally) -> None:
             CORRECT
             if not proposed
             else miss(
-                F.R3,
+                F.W1,
                 f"a {spec.metrics['way']} procedure was proposed as skill version "
                 f"{proposed[0].get('version_id')}",
             ),

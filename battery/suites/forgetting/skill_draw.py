@@ -198,7 +198,7 @@ def _item(rng: random.Random, n: int, way: str | None) -> ItemSpec:
     return ItemSpec(
         key=f"f6_{way or 'learn'}_{n:02d}",
         title=f"F6 {way or 'learnable'}: {name} ({len(traces)} traces)",
-        default_code=F.W1 if way is None else F.R3,
+        default_code=F.W1,
         data={"traces": traces, "tools": [s["tool"] for s in traces[0]["steps"]]},
         metrics={"part": "procedure", "way": way or "learnable", "held_out": held_out},
     )

@@ -424,7 +424,7 @@ def _g1_item(draw: Draw, number: int) -> ItemSpec:
     }
     data = {"facts": facts, "question": question, "checks": checks}
     title = f"G1 {kind} ({how.replace('_', ' ')}): {predicate} of a {subject.split()[-1]}"
-    code = {"stable": F.R0, "stale": F.A0, "unknowable": F.R1}[kind]
+    code = {"stable": F.R2, "stale": F.R0, "unknowable": F.R3}[kind]
     return _spec("g1", number, title, code, data, look=kind, how=how)
 
 
@@ -539,7 +539,7 @@ def _g2_item(draw: Draw, number: int) -> ItemSpec:
         text = rng.choice(MULTI_HOP_QUESTIONS).format(person=person)
         expects = {"kind": "path", "refs": [f"{ref}:works_for", f"{ref}:based_in"]}
     data["question"] = {"text": text, "route": "auto", "expected_route": route, "expects": expects}
-    return _spec("g2", number, f"G2 route: {route.replace('_', ' ')}", F.R0, data, route=route)
+    return _spec("g2", number, f"G2 route: {route.replace('_', ' ')}", F.R1, data, route=route)
 
 
 def generate(rng: random.Random, counts: dict[str, int] | None = None) -> list[ItemSpec]:

@@ -1,19 +1,19 @@
 """Suite G's grading: the checks of each question, tallied per item and per suite.
 
 G1, a stored value (stable or stale):
-* `abstain`: the recall answered (refused or abstained: R0);
+* `abstain`: the recall answered (refused or abstained: R2);
 * `value`: the first fact is the one stored about what was asked (another
-  fact first: R2 if the right one is further down, R1 if it is missing; no
-  fact at all: R0);
+  fact first: R3 if the right one is further down, R2 if it is missing; no
+  fact at all: R2);
 * `staleness`: that fact's memory_status.needs_recheck says what is true —
-  a stale value not flagged, or no flag at all, is A0 (known, not
-  surfaced); a fresh one flagged is R1.
+  a stale value not flagged, or no flag at all, is R0 (the need to look
+  not detected); a fresh one flagged is R0 too.
 G1, an unknowable: `abstain` is right only for an abstention with nothing
-offered (anything else is a false memory, R1).
+offered (anything else is a false memory, R3).
 
-G2: `route`: the route chosen is the memory type's (else R0: the store that
+G2: `route`: the route chosen is the memory type's (else R1: the store that
 holds the answer was never asked); `store`: what the item stored is among the
-evidence or the near misses (else R0).
+evidence or the near misses (else R2).
 
 The suite's metrics count checks, not items: an item that could not ask
 counts every check it planned as wrong.
@@ -36,7 +36,7 @@ ABSTENTION_GATE = 0.95
 
 def _refused(answer: Answer) -> Verdict | None:
     if not answer.ok:
-        return miss(F.R0, f"the recall was refused: {answer.response.describe()}")
+        return miss(F.R2, f"the recall was refused: {answer.response.describe()}")
     return None
 
 
@@ -44,7 +44,7 @@ def judge_answered(answer: Answer) -> Verdict:
     if problem := _refused(answer):
         return problem
     if answer.abstained is not False:
-        return miss(F.R0, "the recall abstained, but the value is stored")
+        return miss(F.R2, "the recall abstained, but the value is stored")
     return CORRECT
 
 
@@ -57,17 +57,18 @@ def judge_value(answer: Answer, fact_id: str, expected: Any) -> Verdict:
         return problem
     facts = _facts(answer)
     if not facts:
-        return miss(F.R0, "no fact among the evidence")
+        return miss(F.R2, "no fact among the evidence")
     first = facts[0]
     if first.id == fact_id:
         got = first.obj.get("value")
         if same(got, expected):
             return CORRECT
-        return miss(F.R1, f"the stored fact came back as {shown(got)}, not {shown(expected)}")
+        # the right fact with another value: U0 (a wrong write, W0, reads the same)
+        return miss(F.U0, f"the stored fact came back as {shown(got)}, not {shown(expected)}")
     rank = next((i + 1 for i, hit in enumerate(facts) if hit.id == fact_id), None)
     if rank is not None:
-        return miss(F.R2, f"{first.describe()} came first; the one asked about ranked {rank}")
-    return miss(F.R1, f"{first.describe()} came back instead of the one asked about")
+        return miss(F.R3, f"{first.describe()} came first; the one asked about ranked {rank}")
+    return miss(F.R2, f"{first.describe()} came back instead of the one asked about")
 
 
 def judge_staleness(answer: Answer, fact_id: str, *, stale: bool) -> Verdict:
@@ -75,15 +76,16 @@ def judge_staleness(answer: Answer, fact_id: str, *, stale: bool) -> Verdict:
         return problem
     hit = next((h for h in _facts(answer) if h.id == fact_id), None)
     if hit is None:
-        return miss(F.R0, "the stored fact is not among the evidence")
+        return miss(F.R2, "the stored fact is not among the evidence")
     flag = hit.memory_status.get("needs_recheck")
     if not isinstance(flag, bool):
-        return miss(F.A0, "its memory_status does not say whether to re-check it")
+        return miss(F.R0, "its memory_status does not say whether to re-check it")
     if flag == stale:
         return CORRECT
     if stale:
-        return miss(F.A0, "older than its predicate's volatility, but not flagged for re-check")
-    return miss(F.R1, "flagged for re-check, but it is younger than any volatility it has")
+        return miss(F.R0, "older than its predicate's volatility, but not flagged for re-check")
+    # a false alarm of the same need-to-look decision
+    return miss(F.R0, "flagged for re-check, but it is younger than any volatility it has")
 
 
 def judge_route(answer: Answer, expected: str) -> Verdict:
@@ -93,7 +95,7 @@ def judge_route(answer: Answer, expected: str) -> Verdict:
     if chosen == expected:
         return CORRECT
     rule = answer.route.get("rule")
-    return miss(F.R0, f"routed to {chosen!r} (by {rule!r}), not {expected!r}")
+    return miss(F.R1, f"routed to {chosen!r} (by {rule!r}), not {expected!r}")
 
 
 def judge_store(answer: Answer, found: Callable[[Hit], bool], what: str) -> Verdict:
@@ -105,7 +107,7 @@ def judge_store(answer: Answer, found: Callable[[Hit], bool], what: str) -> Verd
     if any(found(hit) for hit in answer.near_misses):
         return CORRECT
     offered = answer.evidence[0].describe() if answer.evidence else "nothing"
-    return miss(F.R0, f"{what} is neither evidence nor a near miss (first: {offered})")
+    return miss(F.R2, f"{what} is neither evidence nor a near miss (first: {offered})")
 
 
 def judge_g1(answer: Answer, question: dict[str, Any], fact_id: str | None) -> dict[str, Verdict]:

@@ -19,7 +19,7 @@ each skill created (its examples run in the sandbox), the outcome evidence
 second version, the successor keys, then every task matched and executed,
 and what the service holds read back. Each item's `check` grades it
 (judge.py). Skill code runs only in the service's sandbox worker: with none
-taking the sandbox queue, executions never finish and items fail S0.
+taking the sandbox queue, executions never finish and items fail S1.
 """
 
 from __future__ import annotations
@@ -423,15 +423,15 @@ def _lifecycle(spec: ItemSpec, entry: Entry, check: dict[str, Any]) -> Verdict:
         return judge_transfer(entry.uses[check["use"]].execution)
     if q == "v2_supersedes_v1":
         if not isinstance(v2, dict) or not isinstance(v1, dict):
-            return miss(F.R0, "v1 or v2 could not be read back")
+            return miss(F.R2, "v1 or v2 could not be read back")
         if str(v2.get("supersedes")) != entry.v1:
             return miss(F.W0, f"v2 supersedes {v2.get('supersedes')!r}, not v1")
         if entry.v2 not in [str(s) for s in v1.get("superseded_by") or []]:
-            return miss(F.R0, "v1 does not name v2 among the versions superseding it")
+            return miss(F.R2, "v1 does not name v2 among the versions superseding it")
         return CORRECT
     if q == "v1_deprecated":
         if not isinstance(v1, dict):
-            return miss(F.R0, "v1 could not be read back")
+            return miss(F.R2, "v1 could not be read back")
         if v1.get("status") != "deprecated" or transitions(v1)[-1:] != ["deprecated"]:
             return miss(
                 F.W1, f"v1 is {v1.get('status')!r} after v2 was validated ({transitions(v1)})"
@@ -439,7 +439,7 @@ def _lifecycle(spec: ItemSpec, entry: Entry, check: dict[str, Any]) -> Verdict:
         return CORRECT
     if q == "v1_reconstructable":
         if not isinstance(v1, dict):
-            return miss(F.R0, "v1 could not be read back")
+            return miss(F.R2, "v1 could not be read back")
         wanted = data["definition"]
         changed = [
             name
@@ -447,15 +447,15 @@ def _lifecycle(spec: ItemSpec, entry: Entry, check: dict[str, Any]) -> Verdict:
             if v1.get(name) != wanted[name]
         ]
         if changed:
-            return miss(F.R1, f"v1 no longer reads as written: {', '.join(changed)} changed")
+            return miss(F.W0, f"v1 no longer reads as written: {', '.join(changed)} changed")
         executions = entry.read.get("v1_executions")
         if executions is None:
-            return miss(F.R0, "v1's executions could not be listed")
+            return miss(F.R2, "v1's executions could not be listed")
         listed = {str(e.get("id")) for e in executions}
         lost = [e for e in entry.before_revision if e not in listed]
         if lost or not entry.before_revision:
             return miss(
-                F.R0, f"v1's executions are gone: {len(lost)} of {len(entry.before_revision)}"
+                F.R2, f"v1's executions are gone: {len(lost)} of {len(entry.before_revision)}"
             )
         return CORRECT
     if q == "stale_handle_refused":
@@ -470,7 +470,7 @@ def _lifecycle(spec: ItemSpec, entry: Entry, check: dict[str, Any]) -> Verdict:
     if q == "no_obsolete_execution":
         obsolete = _obsolete(entry)
         if obsolete is None:
-            return miss(F.R0, "v1's executions could not be listed")
+            return miss(F.R2, "v1's executions could not be listed")
         if obsolete:
             return miss(F.R3, f"v1 was executed {obsolete} time(s) after its revision")
         return CORRECT

@@ -597,7 +597,7 @@ class Plan:
         return ItemSpec(
             key=self.key,
             title=title,
-            default_code=F.S0,
+            default_code=F.S1,
             data=self.data,
             metrics={"kind": self.kind.upper(), "planned": planned, **metrics},
         )

@@ -83,27 +83,27 @@ def judge_choice(run: Run, *, intended: str, superseded: str | None = None) -> D
     match = run.match
     if match is None or match.status != 200 or not isinstance(match.body, dict):
         what = match.describe() if match is not None else "never asked"
-        return Decision(miss(F.R0, f"match refused: {what}"), decided=False)
+        return Decision(miss(F.S0, f"match refused: {what}"), decided=False)
     applicable = skills_api.candidates(match.body, "applicable")
     if not applicable:
         near = _near_miss(match.body, intended)
         why = f"rejected as {_reasons(near)}" if near else "not among the near misses"
-        return Decision(miss(F.R0, f"no applicable skill; its version was {why}"), decided=True)
+        return Decision(miss(F.S0, f"no applicable skill; its version was {why}"), decided=True)
     chosen = str(applicable[0].get("version_id"))
     if chosen == intended:
         return None
     name = applicable[0].get("skill_name")
     if superseded is not None and chosen == superseded:
         return Decision(
-            miss(F.R1, "match offered the superseded version first: the old rule"), decided=True
+            miss(F.R3, "match offered the superseded version first: the old rule"), decided=True
         )
     if any(str(c.get("version_id")) == intended for c in applicable):
         return Decision(
-            miss(F.R2, f"ranked below {name!r}, which the agent then applied"),
+            miss(F.R3, f"ranked below {name!r}, which the agent then applied"),
             decided=True,
             misapplied=True,
         )
-    return Decision(miss(F.S1, f"applied another skill, {name!r}"), decided=True, misapplied=True)
+    return Decision(miss(F.S2, f"applied another skill, {name!r}"), decided=True, misapplied=True)
 
 
 def judge_execution(
@@ -111,33 +111,33 @@ def judge_execution(
 ) -> Verdict:
     requested = run.requested
     if requested is None:
-        return miss(F.S0, "never executed")
+        return miss(F.S1, "never executed")
     if requested.status not in (200, 202):
-        return miss(F.S0, f"execute refused: {requested.describe()}")
+        return miss(F.S1, f"execute refused: {requested.describe()}")
     execution = run.execution
     if not isinstance(execution, dict) or execution.get("status") != "finished":
         state = execution.get("status") if isinstance(execution, dict) else "unreadable"
         return miss(
-            F.S0, f"the execution never finished ({state}): is a worker taking the sandbox queue?"
+            F.S1, f"the execution never finished ({state}): is a worker taking the sandbox queue?"
         )
     if execution.get("succeeded") is not True:
         error = str(execution.get("error") or "").strip().splitlines()
         return miss(
-            F.S0,
+            F.S1,
             f"the execution failed: outcome {execution.get('outcome')!r}"
             + (f": {error[-1]}" if error else ""),
         )
     if execution.get("validator_passed") is not True:
-        return miss(F.S0, f"the validator did not pass: {shown(execution.get('verdict'))}")
+        return miss(F.S1, f"the validator did not pass: {shown(execution.get('verdict'))}")
     result = execution.get("result")
     if result == use["expected"]:
         return CORRECT
     what = f"expected {shown(use['expected'])}, got {shown(result)}"
     if stale is not None and result == stale:
-        return miss(F.R1, f"{what} (the superseded rule's value)")
+        return miss(F.R3, f"{what} (the superseded rule's value)")
     if naive is not None and result == naive:
-        return miss(F.S0, f"{what} (failed again the same way)")
-    return miss(F.S0, what)
+        return miss(F.S1, f"{what} (failed again the same way)")
+    return miss(F.S1, what)
 
 
 def judge_use(
@@ -154,7 +154,7 @@ def judge_probe(run: Run, *, version_id: str) -> Decision:
     match = run.match
     if match is None or match.status != 200 or not isinstance(match.body, dict):
         what = match.describe() if match is not None else "never asked"
-        return Decision(miss(F.R0, f"match refused: {what}"), decided=False)
+        return Decision(miss(F.S0, f"match refused: {what}"), decided=False)
     applicable = skills_api.candidates(match.body, "applicable")
     if applicable:
         first = applicable[0]
@@ -164,21 +164,22 @@ def judge_probe(run: Run, *, version_id: str) -> Decision:
             else f"another skill, {first.get('skill_name')!r}"
         )
         return Decision(
-            miss(F.S1, f"match offered {whose}, which the agent would execute"),
+            miss(F.S2, f"match offered {whose}, which the agent would execute"),
             decided=True,
             misapplied=True,
         )
     near = _near_miss(match.body, version_id)
     if near is None:
         return Decision(
-            miss(F.R1, "nothing applied, but the skill is not among the near misses"), decided=True
+            miss(F.R2, "nothing applied, but the skill is not among the near misses"), decided=True
         )
     if not any(
         isinstance(r, dict) and r.get("type") == "contraindicated"
         for r in near.get("reasons") or []
     ):
+        # rejected, but not for the contraindication it carries: that was there and ignored
         return Decision(
-            miss(F.R1, f"nothing applied, but the near miss says {_reasons(near)}"), decided=True
+            miss(F.A0, f"nothing applied, but the near miss says {_reasons(near)}"), decided=True
         )
     return Decision(CORRECT, decided=True)
 
@@ -212,7 +213,7 @@ def judge_premature(response: ApiResponse | None) -> Verdict:
 def judge_validated(version: dict[str, Any] | None, missing: str = "") -> Verdict:
     """Validated through the lifecycle: examples → experimental → validated on evidence."""
     if not isinstance(version, dict):
-        return miss(F.R0, "the version could not be read back")
+        return miss(F.R2, "the version could not be read back")
     moves = transitions(version)
     status = version.get("status")
     if status != "validated" and "validated" not in moves:
@@ -228,7 +229,7 @@ def judge_validated(version: dict[str, Any] | None, missing: str = "") -> Verdic
 
 def judge_provenance(version: dict[str, Any] | None, events: Sequence[str]) -> Verdict:
     if not isinstance(version, dict):
-        return miss(F.R0, "the version could not be read back")
+        return miss(F.R2, "the version could not be read back")
     provenance = version.get("provenance") if isinstance(version.get("provenance"), dict) else {}
     got = sorted(str(e) for e in provenance.get("events") or [])
     if got == sorted(events):
@@ -238,7 +239,7 @@ def judge_provenance(version: dict[str, Any] | None, events: Sequence[str]) -> V
 
 def judge_transfer(execution: dict[str, Any] | None) -> Verdict:
     if not isinstance(execution, dict):
-        return miss(F.S0, "the execution could not be read")
+        return miss(F.R2, "the execution could not be read")
     if execution.get("novel_params") is True:
         return CORRECT
     return miss(F.W1, "an execution on unseen values is not counted as transfer (novel_params)")

@@ -127,7 +127,7 @@ def _thread(world: World, step: int, key: str, action: dict[str, Any]) -> None:
         if response.status == 200 and isinstance(response.body, dict):
             world.resumed[(key, action["ref"])] = response.body
             return
-        world.fail(key, step, _refused("the successor's resume", step, response, F.A0))
+        world.fail(key, step, _refused("the successor's resume", step, response, F.R2))
         return
     else:
         response = api.acknowledge(thread_id, action["session"])
@@ -178,7 +178,7 @@ def _read_due(world: World, step: int) -> None:
     seen: dict[str, int] = {}
     for page in world.api.due():
         if page.status != 200:
-            world.due[step] = miss(F.R0, f"GET /intentions/due at step {step}: {page.describe()}")
+            world.due[step] = miss(F.R2, f"GET /intentions/due at step {step}: {page.describe()}")
             return
         for intention in intentions_api.results(page.body):
             entry = intentions_api.due_entry(intention)
@@ -191,7 +191,7 @@ def _read_firings(world: World) -> None:
     firings: dict[str, list[tuple[int, datetime | None]]] = {}
     for page in world.api.fired_events():
         if page.status != 200:
-            world.firings = miss(F.R0, f"GET /events?event_type=intention.fired: {page.describe()}")
+            world.firings = miss(F.R2, f"GET /events?event_type=intention.fired: {page.describe()}")
             return
         for event in intentions_api.results(page.body):
             firing = intentions_api.firing_of(event)

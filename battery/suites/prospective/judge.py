@@ -47,7 +47,7 @@ def judge_recall(
     if isinstance(seen, Verdict):
         return seen
     if seen is None:
-        return miss(F.R0, f"nothing was read at {at(step)}")
+        return miss(F.R2, f"nothing was read at {at(step)}")
     if intention_id in seen and seen[intention_id] == occurrence:
         return CORRECT
     why = f" (the tick was refused: {tick_error})" if tick_error else ""
@@ -71,7 +71,7 @@ def judge_quiet(intention_id: str, step: int, why: str, due: DueByStep) -> Verdi
     if isinstance(seen, Verdict):
         return seen
     if seen is None:
-        return miss(F.R0, f"nothing was read at {at(step)}")
+        return miss(F.R2, f"nothing was read at {at(step)}")
     if intention_id not in seen:
         return CORRECT
     return miss(F.P1, f"due at {at(step)}, before its cue ({why})")
@@ -121,7 +121,7 @@ def judge_settled(
             f"{occurrence}){f' at {iso(when)}' if when else ''}",
         )
     if status != 200 or not isinstance(answer, dict):
-        return miss(F.R0, f"GET /intentions/{{id}} answered HTTP {status}")
+        return miss(F.R2, f"GET /intentions/{{id}} answered HTTP {status}")
     transitions = answer.get("transitions")
     last = transitions[-1] if isinstance(transitions, list) and transitions else {}
     reason = last.get("reason") if isinstance(last, dict) else None
@@ -171,7 +171,8 @@ def judge_listed(intention_id: str, package: Mapping[str, Any], *, listed: bool)
     if shown == listed:
         return CORRECT
     if listed:
-        return miss(F.A0, "an open intention of the thread is not listed on resume")
+        # not in the resume: not among what the successor was given
+        return miss(F.R2, "an open intention of the thread is not listed on resume")
     return miss(F.R3, "a completed intention is listed on resume as open")
 
 
@@ -184,7 +185,7 @@ def judge_order(groups: Sequence[Sequence[str]], package: Mapping[str, Any]) -> 
         after = [p for later in positions[index + 1 :] for p in later]
         if group and after and max(group) > min(after):
             return miss(
-                F.A0,
+                F.R3,
                 f"the resume does not list due and overdue intentions first: "
                 f"{names[index]} at positions {group}, later groups from {min(after)}",
             )
@@ -201,16 +202,17 @@ def judge_pending(intention_id: str, package: Mapping[str, Any]) -> Verdict:
         for p in entries
     ):
         return CORRECT
-    return miss(F.A0, "the intention fired before the handover, but is not in the pending list")
+    return miss(F.R2, "the intention fired before the handover, but is not in the pending list")
 
 
 def judge_inherited(answer: Any, status: int, session: str) -> Verdict:
     if status != 200 or not isinstance(answer, dict):
-        return miss(F.R0, f"GET /intentions/{{id}} answered HTTP {status}")
+        return miss(F.R2, f"GET /intentions/{{id}} answered HTTP {status}")
     inherited = answer.get("inherited_by")
     if inherited == session:
         return CORRECT
-    return miss(F.R0, f"inherited_by is {inherited!r}, not the successor {session!r}")
+    # the handover did not record who inherited it
+    return miss(F.W0, f"inherited_by is {inherited!r}, not the successor {session!r}")
 
 
 # --------------------------------------------------------------------- summary

@@ -267,7 +267,7 @@ def _judge(world: World, key: str, question: dict[str, Any], answer: Any) -> Ver
     if isinstance(answer, Verdict):
         return answer
     if isinstance(answer, Exception):
-        return miss(F.R0, f"the request failed: {answer!r}")
+        return miss(F.R2, f"the request failed: {answer!r}")
     if kind == "outcome":
         written = world.written.get((key, question["ref"]))
         outcome = written.outcome if written else None
@@ -284,7 +284,7 @@ def _judge(world: World, key: str, question: dict[str, Any], answer: Any) -> Ver
             F.W0, f"the correction's resolved contests: expected {contest!r} in {resolved!r}"
         )
     if answer.status != 200:
-        return miss(F.R0, f"expected HTTP 200, got {answer.describe()}")
+        return miss(F.R2, f"expected HTTP 200, got {answer.describe()}")
     if kind in ("current", "as_of", "as_known_at"):
         facts = facts_api.facts_of(answer.body)
         return judge_values(question, [facts_api.value_of(fact) for fact in facts])
@@ -296,7 +296,7 @@ def _judge(world: World, key: str, question: dict[str, Any], answer: Any) -> Ver
     if kind == "contest_in_chain":
         found = [f for f in facts if facts_api.fact_id(f) == contest]
         if not found:
-            return miss(F.R0, f"the contested claim {contest} is not in the chain")
+            return miss(F.R2, f"the contested claim {contest} is not in the chain")
         status = facts_api.field_of(found[0], "status")
         is_open = facts_api.field_of(found[0], "superseded_at") is None
         if status != "contested":
@@ -304,11 +304,11 @@ def _judge(world: World, key: str, question: dict[str, Any], answer: Any) -> Ver
         if is_open == question["open"]:
             return CORRECT
         if question["open"]:
-            return miss(F.R0, "the contest was closed before anything resolved it")
-        return miss(F.R3, "the contest is still open after the correction resolved it")
+            return miss(F.W1, "the contest was closed before anything resolved it")
+        return miss(F.W1, "the contest is still open after the correction resolved it")
     if kind == "contest_flagged":
         if not facts:
-            return miss(F.R0, "no current fact to carry the contest")
+            return miss(F.R2, "no current fact to carry the contest")
         flagged = [
             contested
             for fact in facts

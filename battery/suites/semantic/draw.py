@@ -534,7 +534,7 @@ def c1_retention(draw: Draw, count: int) -> list[ItemSpec]:
                         "c1",
                         number,
                         f"C1 retention: {subject}.{predicate}, stated once among look-alikes",
-                        F.R0,
+                        F.R2,
                         [{"round": 1, "op": "assert", "ref": "fact", "claim": claim}],
                         [question],
                     )
@@ -625,7 +625,7 @@ def _c2_item(draw: Draw, number: int) -> ItemSpec:
         "c2",
         number,
         f"C2 supersession: {subject}.{predicate} through {versions} versions",
-        F.R1,
+        F.R3,
         writes,
         questions,
     )
@@ -760,7 +760,7 @@ def _c3_item(draw: Draw, number: int) -> ItemSpec:
         number,
         f"C3 authority: {subject}.{predicate}, {authority_low} vs {authority_high}, "
         f"then {authority_fix} by {variant}",
-        F.R1,
+        F.R3,
         writes,
         questions,
     )
@@ -877,7 +877,7 @@ def _c4_item(draw: Draw, number: int) -> ItemSpec:
         number,
         f"C4 late evidence: {subject}.{predicate}, {versions} values in arrival order "
         + ",".join(str(i + 1) for i in order),
-        F.R1,
+        F.R3,
         writes,
         questions,
     )
@@ -1025,7 +1025,7 @@ def _c5_item(draw: Draw, number: int) -> ItemSpec:
             f"C5 multi-hop: {hops} hops {' > '.join(predicates)}, "
             f"hop {broken + 1} ended ({variant})"
         )
-    return _spec("c5", number, title, F.R0, writes, questions)
+    return _spec("c5", number, title, F.R2, writes, questions)
 
 
 def generate(rng: random.Random, counts: dict[str, int] | None = None) -> list[ItemSpec]:

@@ -58,15 +58,15 @@ def judge_values(question: dict[str, Any], got: Sequence[Any]) -> Verdict:
     stale = {value_key(v) for v in question.get("stale", [])}
     forbidden = {value_key(v) for v in question.get("forbidden", [])}
     if any(k in stale for k in keys):
-        return miss(F.R1, f"{what} (a superseded or outdated value)", stale=True)
+        return miss(F.R3, f"{what} (a superseded or outdated value)", stale=True)
     if any(k in forbidden for k in keys):
         return miss(F.R3, f"{what} (a value not in force at that time)")
     if want and want[0] not in keys:
         if not keys:
-            return miss(F.R0, what)
+            return miss(F.R2, what)
         confusable = {value_key(v) for v in question.get("confusable", [])}
         why = " (a look-alike's value)" if any(k in confusable for k in keys) else ""
-        return miss(F.R1, f"{what}{why}")
+        return miss(F.R3, f"{what}{why}")
     return miss(F.R3, f"{what} (more than the one value)")
 
 
@@ -97,7 +97,7 @@ def judge_paths(question: dict[str, Any], got: Sequence[dict[str, Any]]) -> Verd
     if any(k in forbidden for k in keys):
         return miss(F.R3, f"{what} (through a relation not valid at that time)")
     if not set(want) <= set(keys):
-        return miss(F.R0 if not keys else F.R1, what)
+        return miss(F.R2 if not keys else F.R3, what)
     return miss(F.R3, f"{what} (paths that are not there)")
 
 

@@ -183,7 +183,7 @@ def _judge(spec: ItemSpec, world: World, check: dict[str, Any]) -> Verdict:
     if q == "held_by_successor":
         answer = world.thread_after[key]
         if answer.status != 200 or not isinstance(answer.body, dict):
-            return miss(F.R0, f"GET /threads/{{id}} after the handover: {answer.describe()}")
+            return miss(F.R2, f"GET /threads/{{id}} after the handover: {answer.describe()}")
         held = (answer.body.get("status"), answer.body.get("session_id"))
         if held == ("active", data["successor"]):
             return CORRECT
@@ -196,16 +196,16 @@ def _judge(spec: ItemSpec, world: World, check: dict[str, Any]) -> Verdict:
         answer = world.state_after[key]
         state = state_api.state_of(answer.body) if answer.status == 200 else None
         if state is None:
-            return miss(F.R0, f"GET …/state after the handover: {answer.describe()}")
+            return miss(F.R2, f"GET …/state after the handover: {answer.describe()}")
         if same(state, final):
             return CORRECT
         lost = [name for name in final if name not in state]
         if lost:
-            return miss(F.R0, f"the checkpoint lost {', '.join(lost)}")
+            return miss(F.R2, f"the checkpoint lost {', '.join(lost)}")
         changed = [name for name in final if not same(state[name], final[name])]
-        return miss(F.R1, f"the checkpoint changed: {', '.join(changed) or 'extra fields'}")
+        return miss(F.W0, f"the checkpoint changed: {', '.join(changed) or 'extra fields'}")
     if package is None:
-        return miss(F.R0, f"the successor's resume was refused: {resumed.describe()}")
+        return miss(F.R2, f"the successor's resume was refused: {resumed.describe()}")
     checkpoint = state_api.checkpoint_of(package)
     state = state_api.state_of(checkpoint)
     if q == "field":
@@ -233,7 +233,7 @@ def _judge(spec: ItemSpec, world: World, check: dict[str, Any]) -> Verdict:
         if version == world.versions[key]:
             return CORRECT
         return miss(
-            F.R1,
+            F.W0,
             f"the checkpoint is version {version!r}, not {world.versions[key]}: noise wrote it",
         )
     raise ValueError(f"unknown check {q!r}")

@@ -378,7 +378,7 @@ def _item(
     return ItemSpec(
         key=f"{kind}_{number:04d}",
         title=title,
-        default_code=F.R0,
+        default_code=F.R2,
         data=data,
         metrics={"kind": kind.upper(), "planned": planned},
     )

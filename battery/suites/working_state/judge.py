@@ -130,18 +130,19 @@ def judge_field(
     neighbours: Sequence[dict[str, Any]] = (),
 ) -> Verdict:
     if state is None:
-        return miss(F.R0, "the resume returned no checkpoint")
+        return miss(F.R2, "the resume returned no checkpoint")
     if name not in state:
-        return miss(F.R0, f"the field is gone (expected {shown(expected)})")
+        return miss(F.R2, f"the field is gone (expected {shown(expected)})")
     got = state[name]
     if same(got, expected):
         return CORRECT
     what = f"expected {shown(expected)}, got {shown(got)}"
     if any(name in version and same(got, version[name]) for version in earlier):
-        return miss(F.R1, f"{what} (an earlier version's value)")
+        return miss(F.R3, f"{what} (an earlier version's value)")
     if any(name in version and same(got, version[name]) for version in neighbours):
-        return miss(F.R1, f"{what} (another thread's value)")
-    return miss(F.R1, what)
+        return miss(F.R3, f"{what} (another thread's value)")
+    # neither an earlier version's nor a neighbour's: the value was written wrongly
+    return miss(F.W0, what)
 
 
 def judge_recheck(check: dict[str, Any], recheck: Sequence[Any]) -> Verdict:
@@ -154,8 +155,9 @@ def judge_recheck(check: dict[str, Any], recheck: Sequence[Any]) -> Verdict:
     if listed == check["stale"]:
         return CORRECT
     if check["stale"]:
-        return miss(F.A0, "older than its freshness at the resume, but not listed for re-check")
-    return miss(F.R1, "still fresh at the resume, but listed for re-check")
+        return miss(F.R0, "older than its freshness at the resume, but not listed for re-check")
+    # a false alarm of the same need-to-look decision
+    return miss(F.R0, "still fresh at the resume, but listed for re-check")
 
 
 def summarize(outcomes: Sequence[ItemOutcome]) -> SuiteSummary:
