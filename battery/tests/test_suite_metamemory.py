@@ -34,7 +34,7 @@ from battery.tests.helpers import Faulty, run_suite_small
 from battery.transport import ApiResponse, InProcessTransport
 from piper.celery import app as celery_app
 
-NONE = {"g1": 0, "g2": 0}
+NONE = {"g1": 0, "g2": 0, "g3": 0}
 
 
 def specs_for(seed: int, **counts: int):
@@ -58,9 +58,11 @@ def test_suite_G_is_registered_with_its_design_weight_and_gates():
     assert [gate.name for gate in suite.metric_gates] == [
         "route_accuracy >= 0.95",
         "abstention_accuracy >= 0.95",
+        "paraphrase_false_answer_rate <= 0.02",
+        "stale_as_current_rate <= 0",
     ]
     assert (suite.items, [g.key for g in suite.generators]) == ([], ["metamemory"])
-    assert suite.item_count(seed=0) == 108
+    assert suite.item_count(seed=0) == 148
 
 
 def test_the_same_seed_draws_the_same_items_and_another_seed_others():
@@ -91,7 +93,23 @@ def test_a_run_draws_48_look_questions_and_ten_of_each_memory_type(seed):
         assert json.loads(json.dumps(spec.data)) == spec.data
         assert spec.metrics["planned"] == Counter(spec.data["checks"])
         planned.update(spec.metrics["planned"])
-    assert planned == {"abstain": 48, "value": 32, "staleness": 32, "route": 60, "store": 60}
+    assert planned == {
+        "abstain": 48,
+        "value": 32,
+        "staleness": 32,
+        "route": 60,
+        "store": 60,
+        "stale": 20,
+        "false_answer": 20,
+    }
+    assert Counter((s.metrics["g3"], s.metrics["split"]) for s in of_kind(specs, "G3")) == {
+        ("answer", "seen"): 10,
+        ("answer", "held_out"): 10,
+        ("never_stated", "seen"): 5,
+        ("never_stated", "held_out"): 5,
+        ("lookalike", "seen"): 5,
+        ("lookalike", "held_out"): 5,
+    }
     refs = [f["ref"] for s in specs for f in s.data["facts"]]
     assert len(refs) == len(set(refs))
     texts = [s.data["question"]["text"] for s in specs]
@@ -305,8 +323,8 @@ def test_a_route_is_right_or_names_who_decided_and_the_store_must_hold_the_thing
     )
 
 
-def outcome(passed: bool, planned: dict, correct: dict | None = None, kind: str = "G1"):
-    metrics = {"kind": kind, "planned": planned}
+def outcome(passed: bool, planned: dict, correct: dict | None = None, kind: str = "G1", **extra):
+    metrics = {"kind": kind, "planned": planned, **extra}
     if correct is not None:
         metrics["correct"] = correct
     return ItemOutcome(
@@ -351,15 +369,25 @@ def g_result(*, routed: int = 60, abstained: int = 40):
         for i in range(60)
     ]
     outcomes += [outcome(True, {"abstain": 1}, {"abstain": int(i < abstained)}) for i in range(40)]
+    outcomes += [
+        outcome(True, {"stale": 1}, {"stale": 1}, "G3", g3="answer", split=split, answered=True)
+        for split in ("seen", "held_out")
+    ]
+    outcomes += [
+        outcome(True, {"false_answer": 1}, {"false_answer": 1}, "G3", g3="lookalike")
+        for _ in range(2)
+    ]
     return suite_result(suite=suites_select(codes=["G"])[0], outcomes=outcomes)
 
 
 def test_the_gates_hold_at_95_percent_exactly():
     card = score_run([g_result(routed=57, abstained=38)], designed=designed_suites())
     assert [(g.name, g.passed, g.detail) for g in card.gates if g.kind != "cap"] == [
-        ("G pass rate >= 95%", True, "100/100 items passed (100.0%)"),
+        ("G pass rate >= 95%", True, "104/104 items passed (100.0%)"),
         ("G route_accuracy >= 0.95", True, "route_accuracy 0.95"),
         ("G abstention_accuracy >= 0.95", True, "abstention_accuracy 0.95"),
+        ("G paraphrase_false_answer_rate <= 0.02", True, "paraphrase_false_answer_rate 0"),
+        ("G stale_as_current_rate <= 0", True, "stale_as_current_rate 0"),
     ]
     failed = score_run([g_result(routed=56, abstained=37)], designed=designed_suites())
     assert [(g.name, g.detail) for g in failed.gates if not g.passed and g.kind != "cap"] == [
@@ -441,6 +469,25 @@ class AlwaysAbstains(RecallRewriter):
         return body
 
 
+class AllCurrent(RecallRewriter):
+    """Every fact offered as current, the superseded value too."""
+
+    def rewrite(self, body):
+        for e in body["evidence"]:
+            if e["kind"] == "fact":
+                e["memory_status"]["currentness"] = "current"
+        return body
+
+
+class AnswersEverything(RecallRewriter):
+    """What came nearest is offered as the answer, even when recall abstained."""
+
+    def rewrite(self, body):
+        if body["abstained"] and body["near_misses"]:
+            body["evidence"], body["abstained"] = body["near_misses"], False
+        return body
+
+
 class RoutesEverythingTo(Faulty):
     """The service asked with route auto answers as if the route were `route`."""
 
@@ -468,10 +515,38 @@ def codes(outcomes, **by) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_every_kind_passes_against_the_real_service(eager):
-    specs, outcomes = run_small(InProcessTransport(), g1=12, g2=12)
+    specs, outcomes = run_small(InProcessTransport(), g1=12, g2=12, g3=8)
     assert [(o.item, o.failure_code, o.detail) for o in outcomes] == [
         (s.key, "", "") for s in specs
     ]
+    metrics = summarize(outcomes).metrics
+    assert (metrics["paraphrase_false_answer_rate"], metrics["stale_as_current_rate"]) == (0, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_superseded_value_shown_as_current_or_an_answer_where_none_is_stored_fails_G3(eager):
+    _, outcomes = run_small(AllCurrent(InProcessTransport()), g3=8)
+    stale = [o for o in outcomes if o.metrics.get("g3") == "answer" and o.failure_code]
+    assert stale and {o.failure_code for o in stale} == {"R3"}
+    assert all("shown as current" in o.detail for o in stale)
+    assert summarize(outcomes).metrics["stale_as_current_rate"] > 0
+    _, outcomes = run_small(AnswersEverything(InProcessTransport()), g3=8)
+    negatives = [o for o in outcomes if o.metrics.get("g3") != "answer"]
+    assert [o.failure_code for o in negatives] == ["R3"] * len(negatives) != []
+    assert summarize(outcomes).metrics["paraphrase_false_answer_rate"] == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_abstaining_on_every_paraphrase_is_safe_and_reported_as_unanswered(eager):
+    _, outcomes = run_small(AlwaysAbstains(InProcessTransport()), g3=8)
+    assert [o.failure_code for o in outcomes] == [""] * 8
+    metrics = summarize(outcomes).metrics
+    assert (metrics["paraphrase_answer_rate"], metrics["paraphrase_answer_rate_held_out"]) == (
+        0,
+        0,
+    )
 
 
 @pytest.mark.slow
@@ -538,7 +613,7 @@ def battery(*args: str) -> str:
 def test_battery_run_suite_G_exits_non_zero_when_recall_always_abstains(
     eager, monkeypatch, tmp_path
 ):
-    monkeypatch.setattr(draw, "COUNTS", {"g1": 3, "g2": 0})
+    monkeypatch.setattr(draw, "COUNTS", {"g1": 3, "g2": 0, "g3": 0})
     monkeypatch.setattr(
         "battery.services.transport_open",
         lambda base_url, via=None: AlwaysAbstains(InProcessTransport()),
@@ -551,6 +626,8 @@ def test_battery_run_suite_G_exits_non_zero_when_recall_always_abstains(
         "G pass rate >= 95%",
         "G route_accuracy >= 0.95",  # not reported: no G2 item ran
         "G abstention_accuracy >= 0.95",
+        "G paraphrase_false_answer_rate <= 0.02",  # not reported: no G3 item ran
+        "G stale_as_current_rate <= 0",
     ]
     assert Counter(run.items.values_list("failure_code", flat=True)) == {"R2": 2, "": 1}
 
@@ -564,11 +641,17 @@ def test_battery_run_suite_G_passes_its_gates_with_a_real_worker(celery_worker_p
     assert (run.status, run.suites, suite["items"], suite["gate_passed"]) == (
         "incomplete",
         ["G"],
-        108,
+        148,
         True,
     ), output
     assert [(g["name"], g["passed"]) for g in run.gates if g["kind"] != "cap"] == [
         ("G pass rate >= 95%", True),
         ("G route_accuracy >= 0.95", True),
         ("G abstention_accuracy >= 0.95", True),
+        ("G paraphrase_false_answer_rate <= 0.02", True),
+        ("G stale_as_current_rate <= 0", True),
     ]
+    # Reported, not gated (issue #19 asks >= 0.95 held out): the figures of the run.
+    assert {"paraphrase_answer_rate", "paraphrase_answer_rate_held_out"} <= set(suite["metrics"]), (
+        suite
+    )

@@ -1,14 +1,20 @@
 """Suite G — metamemory (DESIGN.md §9): does the agent know what it knows?
 Driven through the API as an agent would, on the wall clock.
 
-A seeded draw (draw.py) makes 108 items. G1 "do I need to look?" (48): a
+A seeded draw (draw.py) makes 148 items. G1 "do I need to look?" (48): a
 fact question on the current-fact route whose answer is stable (answer it),
 possibly stale (answer it, flagged `needs_recheck`: older than its
 predicate's volatility) or unknowable (nothing stored: abstain). G2 route
 accuracy (60): one question per memory type — current fact, what happened,
 how to, what am I supposed to do, what did source X say, multi-hop — asked
 with route auto; the route chosen must be the type's, and what the item
-stored of that type must come back.
+stored of that type must come back. G3 "asked in other words" (40): a fact
+stored as key-value state (its value changed once), asked with route auto in
+words that paraphrase its predicate, from a seen or a held-out vocabulary
+(paraphrase.py), and negatives (a predicate never stated, a look-alike
+subject). Its items pass when no superseded value is shown as current and
+nothing is answered where nothing is stored (gated); how many are answered
+is reported per vocabulary (`paraphrase_answer_rate`, `_held_out`).
 
 One throwaway agent of its own holds every item's world. `prepare` defines
 the predicates' volatility, writes the facts (batches), episodes, skills,
@@ -37,7 +43,17 @@ from ..working_state.judge import Tally, Verdict, miss
 from . import api as memory_api
 from .api import MemoryApi
 from .draw import STALE_SECONDS, generate, predicate_definitions
-from .judge import ABSTENTION_GATE, ROUTE_GATE, judge_g1, judge_route, judge_store, summarize
+from .judge import (
+    ABSTENTION_GATE,
+    FALSE_ANSWER_GATE,
+    ROUTE_GATE,
+    STALE_AS_CURRENT_GATE,
+    judge_g1,
+    judge_g3,
+    judge_route,
+    judge_store,
+    summarize,
+)
 
 LIMIT = 10
 MAX_BATCH = 1000
@@ -52,7 +68,8 @@ suite = register(
         description=(
             "Knowing what it knows: a stored fact answered and flagged for re-check when older "
             "than its volatility, an abstention when nothing is stored, and every memory type's "
-            "question routed to its store: 108 items drawn from the seed."
+            "question routed to its store, and facts asked in other words answered without "
+            "a stale value shown as current: 148 items drawn from the seed."
         ),
         weight=5,
         gate=ROUTE_GATE,
@@ -60,6 +77,8 @@ suite = register(
         metric_gates=(
             MetricGate("route_accuracy", minimum=ROUTE_GATE),
             MetricGate("abstention_accuracy", minimum=ABSTENTION_GATE),
+            MetricGate("paraphrase_false_answer_rate", maximum=FALSE_ANSWER_GATE),
+            MetricGate("stale_as_current_rate", maximum=STALE_AS_CURRENT_GATE),
         ),
     )
 )
@@ -75,6 +94,7 @@ class World:
     recorded: dict[str, datetime] = field(default_factory=dict)  # fact ref -> recorded_at
     errors: dict[str, Verdict] = field(default_factory=dict)  # item key -> why it could not ask
     answers: dict[str, Answer] = field(default_factory=dict)  # item key -> the answer
+    answered: dict[str, bool] = field(default_factory=dict)  # G3 item key -> answered
 
 
 def _refused(what: str, response) -> Verdict:
@@ -171,7 +191,8 @@ def _await_indexed(world: World, specs: Sequence[ItemSpec]) -> None:
         (spec.key, fact["ref"]): fact
         for spec in specs
         for fact in spec.data["facts"]
-        if fact["ref"] in world.ids
+        # A superseded value is not what its pair's text says now.
+        if fact["ref"] in world.ids and not fact["ref"].endswith(":old")
     }
     waiting: set[Any] = set(episodes) | set(sources) | set(facts)
 
@@ -281,6 +302,10 @@ def _found(world: World, expects: dict[str, Any]):
 
 def _verdicts(world: World, spec: ItemSpec, answer: Answer) -> dict[str, Verdict]:
     question = spec.data["question"]
+    if spec.metrics["kind"] == "G3":
+        verdicts, answered = judge_g3(answer, question)
+        world.answered[spec.key] = answered
+        return verdicts
     if spec.metrics["kind"] == "G1":
         fact_id = world.ids.get(f"{spec.key}:fact")
         return judge_g1(answer, question, fact_id)
@@ -310,6 +335,8 @@ def check(ctx: ItemContext, spec: ItemSpec, world: World) -> dict[str, Any]:
             )
     for metric in spec.data["checks"]:
         tally.record(metric, f"{metric}: {label!r}", verdicts[metric])
+    if spec.metrics["kind"] == "G3":
+        return tally.outcome(answered=world.answered.get(spec.key, False))
     return tally.outcome()
 
 

@@ -19,6 +19,12 @@ to do), a document (what did source X say) and a chain of relations
 (multi-hop). The route chosen must be the type's; the thing stored must
 come back from it (as evidence, or as a near miss).
 
+G3 "asked in other words" — facts stored as an agent writes key-value state,
+asked with route auto in words that paraphrase the predicate, from a seen or
+a held-out vocabulary (paraphrase.py): answer the current value, never show
+the superseded one as current, abstain on a predicate never stated or a
+look-alike subject.
+
 An item's `data`:
 * `facts`: claims for `POST /facts`, each with a `ref`; `predicates`: the
   volatility to define first (`PUT /predicates/{name}`), shared by the run.
@@ -35,11 +41,13 @@ from typing import Any
 from ...registry import ItemSpec
 from ...taxonomy import FailureCode as F
 from ..episodic.draw import ACTIONS, INCIDENTS, PEOPLE, SYSTEMS, iso
+from . import paraphrase
 
-COUNTS = {"g1": 48, "g2": 60}
+COUNTS = {"g1": 48, "g2": 60, "g3": 40}
 ACTOR = "battery-reference-agent"
 VALID_FROM = datetime(2024, 1, 1, tzinfo=UTC)  # every fact holds from then on
 EPISODE_AT = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # G2's episodes happened around then
+G3_CHANGED_AT = datetime(2025, 1, 1, tzinfo=UTC)  # G3's values asked about changed then
 
 STALE_SECONDS = 2  # the volatility of the predicates whose values go stale in the run
 FRESH_SECONDS = 30 * 86400  # volatile, but far longer than the run
@@ -542,11 +550,47 @@ def _g2_item(draw: Draw, number: int) -> ItemSpec:
     return _spec("g2", number, f"G2 route: {route.replace('_', ' ')}", F.R1, data, route=route)
 
 
+# ---------------------------------------------------------- G3 in other words
+
+
+def g3_paraphrased(rng: random.Random, count: int) -> list[ItemSpec]:
+    """Suite G3's items (paraphrase.py): in blocks of four (two to answer, one
+    never stated, one look-alike), the seen and held-out vocabularies in turn."""
+    draw = paraphrase.ParaphraseDraw(rng)
+    specs = []
+    for number in range(1, count + 1):
+        split = paraphrase.SEEN if (number - 1) // 4 % 2 == 0 else paraphrase.HELD_OUT
+        item = paraphrase.draw_item(draw, number, split)
+        facts = [
+            _claim(
+                fact["ref"],
+                fact["subject"],
+                fact["predicate"],
+                fact["value"],
+                # The value asked about changed: the first one ended when the second began.
+                valid_from=iso(VALID_FROM if fact["ref"].endswith(":old") else G3_CHANGED_AT),
+            )
+            for fact in item["facts"]
+        ]
+        kind = item["kind"]
+        question = {**item["question"], "route": "auto", "kind": kind, "split": split}
+        checks = ["stale"] if kind == "answer" else ["false_answer"]
+        data = {"facts": facts, "question": question, "checks": checks}
+        title = f"G3 {kind.replace('_', ' ')} ({split.replace('_', '-')}): {item['family']}"
+        code = F.R3  # a stale value shown as current, or an answer where none is stored
+        specs.append(_spec("g3", number, title, code, data, g3=kind, split=split))
+    return specs
+
+
 def generate(rng: random.Random, counts: dict[str, int] | None = None) -> list[ItemSpec]:
-    """Every item of a run, G1 then G2."""
+    """Every item of a run, G1, G2, then G3."""
     counts = {**COUNTS, **(counts or {})}
     draw = Draw(rng)
-    return [*g1_look(draw, counts["g1"]), *g2_routes(draw, counts["g2"])]
+    return [
+        *g1_look(draw, counts["g1"]),
+        *g2_routes(draw, counts["g2"]),
+        *g3_paraphrased(rng, counts["g3"]),
+    ]
 
 
 def predicate_definitions() -> dict[str, int | None]:

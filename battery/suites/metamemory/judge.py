@@ -32,6 +32,11 @@ from ..working_state.judge import CORRECT, Verdict, counted, miss, same, shown
 
 ROUTE_GATE = 0.95
 ABSTENTION_GATE = 0.95
+# G3: false answers and stale values shown as current are gated (issue #19's
+# bounds). Its answer rate on the held-out vocabulary (issue #19: >= 0.95) is
+# reported, not yet gated: it is far below (docs/benchmarks.md).
+FALSE_ANSWER_GATE = 0.02
+STALE_AS_CURRENT_GATE = 0.0
 
 
 def _refused(answer: Answer) -> Verdict | None:
@@ -121,6 +126,58 @@ def judge_g1(answer: Answer, question: dict[str, Any], fact_id: str | None) -> d
     }
 
 
+def judge_g3(answer: Answer, question: dict[str, Any]) -> tuple[dict[str, Verdict], bool]:
+    """A G3 question's checks, and whether it was answered: the current value
+    first among the facts. The checks are the honest half — no superseded
+    value shown as current (`stale`), no answer where nothing is stored
+    (`false_answer`); how often it answers is a metric (summarize)."""
+    if problem := _refused(answer):
+        return {"stale": problem, "false_answer": problem}, False
+    facts = _facts(answer)
+    expects = question["expects"]
+    if question["kind"] != "answer":
+        if not facts:
+            return {"false_answer": CORRECT}, False
+        return {"false_answer": miss(F.R3, f"answered {facts[0].describe()}; none is stored")}, True
+    answered = bool(facts) and same(facts[0].obj.get("value"), expects["value"])
+    shown_stale = [
+        hit
+        for hit in facts
+        if same(hit.obj.get("value"), expects["stale"])
+        and hit.memory_status.get("currentness") == "current"
+    ]
+    if shown_stale:
+        return {"stale": miss(F.R3, f"{shown_stale[0].describe()} shown as current")}, answered
+    return {"stale": CORRECT}, answered
+
+
+def _rate(items: Sequence[ItemOutcome], flag) -> float | None:
+    return sum(1 for o in items if flag(o)) / len(items) if items else None
+
+
+def g3_metrics(outcomes: Sequence[ItemOutcome]) -> dict[str, float]:
+    """paraphrase_answer_rate (seen) / _held_out: questions answered with the
+    current value first; paraphrase_false_answer_rate: never-stated and
+    look-alike questions answered; stale_as_current_rate: answered questions
+    that showed the superseded value as current."""
+    g3 = [o for o in outcomes if o.metrics.get("kind") == "G3"]
+    answers = [o for o in g3 if o.metrics.get("g3") == "answer"]
+    negatives = [o for o in g3 if o.metrics.get("g3") != "answer"]
+    rates = {
+        "paraphrase_answer_rate": _rate(
+            [o for o in answers if o.metrics.get("split") == "seen"],
+            lambda o: o.metrics.get("answered"),
+        ),
+        "paraphrase_answer_rate_held_out": _rate(
+            [o for o in answers if o.metrics.get("split") == "held_out"],
+            lambda o: o.metrics.get("answered"),
+        ),
+        "paraphrase_false_answer_rate": _rate(negatives, lambda o: not o.passed),
+        "stale_as_current_rate": _rate(answers, lambda o: not o.passed),
+    }
+    return {name: value for name, value in rates.items() if value is not None}
+
+
 def summarize(outcomes: Sequence[ItemOutcome]) -> SuiteSummary:
     """abstention_accuracy: G1 questions where the recall abstained exactly
     when nothing was stored; staleness_accuracy: stored values flagged for
@@ -141,4 +198,5 @@ def summarize(outcomes: Sequence[ItemOutcome]) -> SuiteSummary:
     looks = [o for o in outcomes if o.metrics.get("kind") == "G1"]
     if looks:
         metrics["look_accuracy"] = sum(o.passed for o in looks) / len(looks)
+    metrics.update(g3_metrics(outcomes))
     return SuiteSummary(score=pass_rate(outcomes) * 100, metrics=metrics)
