@@ -87,8 +87,9 @@ class RecallFeedbackApi(APIView):
         operation_id="v1_recall_feedback",
         summary="Say which evidence of a recall was used, and how it went",
         description="outcome success, failure or partial; failure_code (failure or partial "
-        "only) R0 not found, R1 wrong or stale, R2 ranked below noise, R3 returned what must "
-        "not be, A0 not surfaced when deciding, U0 misapplied. used must be ids the recall "
+        "only, DESIGN §9) R0 the need to look was not detected, R1 the wrong store or a poor "
+        "query, R2 not among the candidates, R3 a stale or irrelevant memory outranked it, A0 "
+        "in context but ignored, U0 used wrongly. used must be ids the recall "
         "returned. Appends a recall.feedback ledger event. One feedback per recall (409 "
         "feedback_exists); another agent's recall is a 404.",
     )

@@ -50,14 +50,16 @@ class Outcome(models.TextChoices):
 class FailureCode(models.TextChoices):
     """The retrieval and use codes of the failure taxonomy (DESIGN.md §9). The
     battery app holds the whole taxonomy; recall sits below it and keeps its
-    own copy of the codes an agent can report about a recall."""
+    own copy of the codes an agent can report about a recall, with the same
+    meanings (feedback stored under the earlier ones was rewritten by
+    migration 0003)."""
 
-    R0 = "R0", "R0 retrieval: the memory exists but was not found"
-    R1 = "R1", "R1 retrieval: a wrong or stale memory was returned"
-    R2 = "R2", "R2 retrieval: the right memory was ranked below noise"
-    R3 = "R3", "R3 retrieval: returned what must not be (another agent's, purged, or not current)"
-    A0 = "A0", "A0 attention: retrieved but not surfaced when the decision was made"
-    U0 = "U0", "U0 use: surfaced but misapplied"
+    R0 = "R0", "R0 retrieval: the need to look was not detected (the agent did not look)"
+    R1 = "R1", "R1 retrieval: the wrong store, or a poor query"
+    R2 = "R2", "R2 retrieval: the memory was not among the candidates"
+    R3 = "R3", "R3 retrieval: a stale or irrelevant memory outranked it"
+    A0 = "A0", "A0 attention: in context, but ignored"
+    U0 = "U0", "U0 use: used wrongly"
 
 
 class RetrievalTrace(models.Model):

@@ -515,6 +515,30 @@ class TestFeedback:
         assert list(raised.value.details) == [field]
         assert written() == before
 
+    def test_codes_stored_under_the_earlier_meanings_take_todays(self, agent):
+        from importlib import import_module
+
+        from django.apps import apps
+
+        migration = import_module("piper.recall.migrations.0003_feedback_codes_design_meanings")
+        commitments(agent)
+        stored = {}
+        for code in ("R0", "R1", "R2", "R3", "A0", "U0"):
+            result = recall(agent=agent, query="What am I supposed to do?")
+            stored[code] = recall_feedback(
+                agent=agent, trace_id=result.trace.pk, outcome="failure", failure_code=code
+            ).pk
+        migration.remap(apps, None)
+        now = dict(RecallFeedback.objects.values_list("pk", "failure_code"))
+        assert {code: now[pk] for code, pk in stored.items()} == {
+            "R0": "R2",  # exists but not found: not among the candidates
+            "R1": "R3",  # a wrong or stale memory returned: outranked
+            "R2": "R3",  # ranked below noise: outranked
+            "R3": "R3",
+            "A0": "A0",
+            "U0": "U0",
+        }
+
     def test_one_feedback_per_recall(self, agent, traced):
         _, result = traced
         recall_feedback(agent=agent, trace_id=result.trace.pk, outcome="success")
