@@ -181,6 +181,15 @@ class AuthorityLevelField(serializers.ChoiceField):
         super().__init__(choices=Authority.choices, **kwargs)
 
 
+# An authority level, or "" for "no threshold": the schema says both.
+@extend_schema_field(
+    {"anyOf": [{"$ref": "#/components/schemas/AuthorityEnum"}, {"type": "string", "enum": [""]}]}
+)
+class AdmissionLevelField(serializers.ChoiceField):
+    def __init__(self, **kwargs):
+        super().__init__(choices=Authority.choices, allow_blank=True, **kwargs)
+
+
 class AuthorityOrderSerializer(StrictSerializer):
     order = serializers.ListField(
         child=AuthorityLevelField(),
@@ -188,9 +197,8 @@ class AuthorityOrderSerializer(StrictSerializer):
         help_text="Authority levels, most trusted first. Levels left out rank below the listed "
         "ones, in the default order.",
     )
-    admit_from = AuthorityLevelField(
+    admit_from = AdmissionLevelField(
         required=False,
-        allow_blank=True,
         default="",
         help_text="The admission threshold: a claim ranked below this level is never believed "
         "on its own word — it is kept as contested until a trusted source says the same or "
