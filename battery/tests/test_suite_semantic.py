@@ -677,8 +677,9 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
     monkeypatch.setattr(skill_draw, "LEARNABLE", 1)
     monkeypatch.setattr(skill_draw, "REFUSED_WAYS", ("unverified", "failed"))
     # The run's plumbing, not G's measure (test_suite_metamemory has that): a
-    # stable and a stale value, and one current-fact question routed.
-    monkeypatch.setattr(metamemory_draw, "COUNTS", {"g1": 2, "g2": 1})
+    # stable and a stale value, one current-fact question routed, and one block
+    # of G3 (two to answer, one never stated, one look-alike: its gated metrics).
+    monkeypatch.setattr(metamemory_draw, "COUNTS", {"g1": 2, "g2": 1, "g3": 4})
     # Suite D's skills run in the sandbox, suite B's episodes are embedded: here in
     # this process, as each request commits.
     monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
@@ -698,7 +699,7 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
         "D": 6,
         "E": 14,
         "F": 12,
-        "G": 3,
+        "G": 7,
         "L": 5,
     }
 

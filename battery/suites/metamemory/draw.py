@@ -589,7 +589,7 @@ def generate(rng: random.Random, counts: dict[str, int] | None = None) -> list[I
     return [
         *g1_look(draw, counts["g1"]),
         *g2_routes(draw, counts["g2"]),
-        *g3_paraphrased(rng, counts["g3"]),
+        *g3_paraphrased(rng, counts.get("g3", 0)),
     ]
 
 
