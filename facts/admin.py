@@ -23,7 +23,16 @@ from piper.errors import InvalidInput, PiperError
 from piper.provenance import SourceType
 
 from . import selectors, services
-from .models import AuthorityPolicy, Entity, EntityAlias, Fact, FactEvidence, FactText, Predicate
+from .models import (
+    MAX_VOLATILITY_SECONDS,
+    AuthorityPolicy,
+    Entity,
+    EntityAlias,
+    Fact,
+    FactEvidence,
+    FactText,
+    Predicate,
+)
 
 
 class ReadOnlyMixin:
@@ -80,8 +89,11 @@ class PredicateForm(forms.ModelForm):
 
     def clean_volatility_seconds(self):
         value = self.cleaned_data["volatility_seconds"]
-        if value is not None and value < 1:
-            raise forms.ValidationError("at least 1 second, or empty for 'never re-check'")
+        if value is not None and not 1 <= value <= MAX_VOLATILITY_SECONDS:
+            raise forms.ValidationError(
+                f"from 1 second to {MAX_VOLATILITY_SECONDS} (a century), or empty for "
+                "'never re-check'"
+            )
         return value
 
     def clean_aliases(self):

@@ -106,6 +106,8 @@ class ValueType(models.TextChoices):
 
 
 MAX_PREDICATE_ALIASES = 20
+# A value trusted for longer than a century is trusted forever: say null.
+MAX_VOLATILITY_SECONDS = 100 * 365 * 86400
 MAX_PREDICATE_ALIAS_CHARS = 100
 
 

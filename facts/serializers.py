@@ -31,6 +31,7 @@ from piper.provenance import Authority, SourceType
 from .models import (
     MAX_PREDICATE_ALIAS_CHARS,
     MAX_PREDICATE_ALIASES,
+    MAX_VOLATILITY_SECONDS,
     Cardinality,
     Fact,
     FactOrigin,
@@ -146,6 +147,7 @@ class PredicateDefineInputSerializer(StrictSerializer):
     )
     volatility_seconds = StrictIntegerField(
         min_value=1,
+        max_value=MAX_VOLATILITY_SECONDS,
         required=False,
         allow_null=True,
         help_text="How long a value can be trusted before it should be re-checked; null: forever.",

@@ -31,6 +31,7 @@ from piper.tenancy.models import Agent
 
 from . import projection as p
 from .models import (
+    MAX_VOLATILITY_SECONDS,
     AuthorityPolicy,
     Cardinality,
     Entity,
@@ -326,10 +327,11 @@ def predicate_define(
     if volatility_seconds not in (MISSING, None) and (
         isinstance(volatility_seconds, bool)
         or not isinstance(volatility_seconds, int)
-        or volatility_seconds < 1
+        or not 1 <= volatility_seconds <= MAX_VOLATILITY_SECONDS
     ):
         raise InvalidInput(
-            "volatility_seconds must be a positive integer or null",
+            f"volatility_seconds must be an integer from 1 to {MAX_VOLATILITY_SECONDS} (a "
+            "century), or null for a value that never needs re-checking",
             details={"volatility_seconds": ["invalid"]},
         )
     if aliases is not None:

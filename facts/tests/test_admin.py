@@ -348,7 +348,9 @@ def test_predicate_form_refuses_zero_volatility(admin_client, memory):
     )
     assert response.status_code == 200
     assert response.context["adminform"].form.errors == {
-        "volatility_seconds": ["at least 1 second, or empty for 'never re-check'"]
+        "volatility_seconds": [
+            "from 1 second to 3153600000 (a century), or empty for 'never re-check'"
+        ]
     }
     assert facts_state() == before
 

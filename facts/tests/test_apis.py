@@ -390,6 +390,12 @@ class TestPredicates:
                 "volatility_seconds",
                 "Ensure this value is greater than or equal to 1.",
             ),
+            (
+                # Found by scripts/fuzz_api.py: beyond a bigint it was a 500.
+                {"volatility_seconds": 2**63},
+                "volatility_seconds",
+                "Ensure this value is less than or equal to 3153600000.",
+            ),
             ({"description": 5}, "description", "Not a valid string."),
             (
                 {"name": "x"},

@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from piper.errors import NotFound
 from piper.provenance import PrivacyClass
-from piper.tenancy.models import ApiKey, Scope
+from piper.tenancy.models import MAX_RATE_PER_MINUTE, ApiKey, Scope
 from piper.tenancy.selectors import api_key_list
 from piper.tenancy.services import api_key_create, api_key_revoke
 
@@ -77,7 +77,9 @@ class ApiKeyListApi(APIView):
             min_length=1,
             default=[Scope.READ, Scope.WRITE],
         )
-        rate_per_minute = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+        rate_per_minute = serializers.IntegerField(
+            min_value=1, max_value=MAX_RATE_PER_MINUTE, required=False, allow_null=True
+        )
         clearance = serializers.ChoiceField(
             choices=PrivacyClass.choices,
             required=False,

@@ -1,7 +1,7 @@
 """Agents (the tenants) and their API keys."""
 
 from django.contrib.postgres.fields import ArrayField
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models.functions import Now
 
@@ -53,6 +53,10 @@ class Scope(models.TextChoices):
     ADMIN = "admin", "Admin"
 
 
+# Far above any real client; below the column's limit (a larger number was a 500).
+MAX_RATE_PER_MINUTE = 1_000_000
+
+
 class ApiKey(models.Model):
     """A bearer key for one agent. Only its SHA-256 is stored; the key is shown once.
 
@@ -81,7 +85,7 @@ class ApiKey(models.Model):
     rate_per_minute = models.PositiveIntegerField(
         null=True,
         blank=True,
-        validators=[MinValueValidator(1)],
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_RATE_PER_MINUTE)],
         help_text="Requests per minute for this key; empty means the service default.",
     )
     tools = ArrayField(

@@ -14,7 +14,7 @@ from django.utils import timezone
 from piper.errors import Conflict, InvalidInput
 from piper.provenance import PrivacyClass
 
-from .models import Agent, ApiKey, Scope
+from .models import MAX_RATE_PER_MINUTE, Agent, ApiKey, Scope
 
 KEY_PREFIX = "pm_"
 AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -129,11 +129,12 @@ def _check_rate(rate_per_minute: int | None) -> None:
     if rate_per_minute is not None and (
         isinstance(rate_per_minute, bool)
         or not isinstance(rate_per_minute, int)
-        or rate_per_minute < 1
+        or not 1 <= rate_per_minute <= MAX_RATE_PER_MINUTE
     ):
         raise InvalidInput(
-            f"rate_per_minute must be a positive integer or empty; got {rate_per_minute!r}",
-            details={"rate_per_minute": ["must be a positive integer"]},
+            f"rate_per_minute must be an integer from 1 to {MAX_RATE_PER_MINUTE}, or empty; "
+            f"got {rate_per_minute!r}",
+            details={"rate_per_minute": [f"must be an integer from 1 to {MAX_RATE_PER_MINUTE}"]},
         )
 
 

@@ -152,14 +152,14 @@ class TestApiKeyCreate:
         assert (caught.value.message, caught.value.details) == (message, details)
         assert not ApiKey.objects.exists()
 
-    @pytest.mark.parametrize("rate", [0, -5, 2.5, "10", True])
+    @pytest.mark.parametrize("rate", [0, -5, 2.5, "10", True, 2**31])
     def test_bad_rate_is_refused(self, rate):
         agent = AgentFactory()
         with pytest.raises(InvalidInput) as caught:
             api_key_create(agent=agent, name="x", rate_per_minute=rate)
         assert (caught.value.message, caught.value.details) == (
-            f"rate_per_minute must be a positive integer or empty; got {rate!r}",
-            {"rate_per_minute": ["must be a positive integer"]},
+            f"rate_per_minute must be an integer from 1 to 1000000, or empty; got {rate!r}",
+            {"rate_per_minute": ["must be an integer from 1 to 1000000"]},
         )
         assert not ApiKey.objects.exists()
 
@@ -257,7 +257,9 @@ class TestApiKeyUpdate:
         api_key = ApiKeyFactory(name="before")
         with pytest.raises(InvalidInput) as excinfo:
             api_key_update(api_key=api_key, name="after", rate_per_minute=rate)
-        assert excinfo.value.details == {"rate_per_minute": ["must be a positive integer"]}
+        assert excinfo.value.details == {
+            "rate_per_minute": ["must be an integer from 1 to 1000000"]
+        }
         api_key.refresh_from_db()
         assert api_key.name == "before"
 
