@@ -68,3 +68,39 @@ def test_default_rate_applies_without_a_per_key_rate(clock, settings):
 
 def test_unauthenticated_requests_are_refused_before_counting(clock, anonymous_client):
     assert anonymous_client.get("/api/v1/events").status_code == 401
+
+
+class Unreachable:
+    """A Redis that refuses every connection."""
+
+    def pipeline(self):
+        return self
+
+    def incr(self, *args):
+        pass
+
+    def expire(self, *args):
+        pass
+
+    def execute(self):
+        import redis
+
+        raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+
+def test_without_redis_requests_are_let_through_uncounted(clock, monkeypatch, caplog):
+    client = make_client("throttled", rate_per_minute=1)
+    assert client.get("/api/v1/events").status_code == 200
+    reachable = throttling.get_redis_connection
+    monkeypatch.setattr(throttling, "get_redis_connection", lambda alias: Unreachable())
+    monkeypatch.setattr(throttling, "_last_warning", 0.0)
+    clock.monotonic = lambda: 1_000.0
+    # Over its limit, and a write too: Redis is not the truth of what is written.
+    assert client.get("/api/v1/events").status_code == 200
+    written = client.post("/api/v1/events", {"event_type": "a.b"}, format="json")
+    assert written.status_code == 201
+    warnings = [r for r in caplog.records if r.name == "piper.api.throttling"]
+    assert len(warnings) == 1  # once a minute, not once a request
+    assert "Redis does not answer" in warnings[0].getMessage()
+    monkeypatch.setattr(throttling, "get_redis_connection", reachable)
+    assert client.get("/api/v1/events").status_code == 429  # counted again
