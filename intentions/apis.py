@@ -230,8 +230,9 @@ class ThreadResumeApi(APIView):
         responses=ResumeOutputSerializer,
         parameters=[IDEMPOTENCY_KEY],
         summary="Resume the thread: everything a successor needs, in one response",
-        description="In this order: the checkpoint; the thread's open intentions (due and "
-        "overdue first); the external dependencies to re-check (artifacts and tool handles "
+        description="In this order: the checkpoint; the open intentions a successor inherits "
+        "(the thread's, and the agent's that belong to no thread; due and overdue first); "
+        "the external dependencies to re-check (artifacts and tool handles "
         "older than their freshness_seconds); the failed branches not to retry; the pending "
         "items. During a handover only the named successor may resume (409 "
         "not_the_successor); its first resume is recorded in the ledger.",

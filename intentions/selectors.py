@@ -238,6 +238,9 @@ def _resume_intentions_sql() -> str:
             "updated_at",
         )
     }
+    urgency = """CASE WHEN {a}status = %s THEN 0 WHEN {a}status = %s THEN 1
+                WHEN {a}due_at <= %s THEN 2 ELSE 3 END,
+           {a}due_at, {a}priority DESC, {a}created_at, {a}id"""
     # Field for field (and in the same order) what IntentionOutputSerializer returns.
     return f"""
 SELECT coalesce(json_agg(json_build_object(
@@ -253,17 +256,29 @@ SELECT coalesce(json_agg(json_build_object(
     'escalation_policy', i.escalation_policy, 'source_session', i.source_session,
     'inherited_by', i.inherited_by, 'source_event_id', i.source_event_id,
     'created_at', {when["created_at"]}, 'updated_at', {when["updated_at"]})
-  ORDER BY CASE WHEN i.status = %s THEN 0 WHEN i.status = %s THEN 1
-                WHEN i.due_at <= %s THEN 2 ELSE 3 END,
-           i.due_at, i.priority DESC, i.created_at, i.id), '[]'::json)::text
-FROM {intention} i
-WHERE i.thread_id = %s AND i.status = ANY(%s)
+  ORDER BY {urgency.format(a="i.")}), '[]'::json)::text
+FROM (
+    SELECT * FROM {intention} WHERE thread_id = %s AND status = ANY(%s)
+    UNION ALL
+    (SELECT * FROM {intention}
+      WHERE agent_id = %s AND thread_id IS NULL AND status = ANY(%s)
+      ORDER BY {urgency.format(a="")}
+      LIMIT %s)
+) i
 """
 
 
+# A resume also lists the agent's open intentions that belong to no thread (a
+# successor inherits the agent's promises, not only the thread's): the most
+# urgent this many, so that an agent with thousands of reminders still resumes fast.
+RESUME_AGENT_INTENTIONS = 100
+
+
 def open_intentions_rendered(*, thread: Thread, now) -> RawJSON:
-    """The thread's open intentions as the API shows them (IntentionOutputSerializer's
-    fields), due first, then executing, overdue, by due time, priority and age.
+    """The open intentions a successor of the thread must see, as the API shows
+    them (IntentionOutputSerializer's fields): the thread's, and the agent's that
+    belong to no thread (`thread` null; the RESUME_AGENT_INTENTIONS most urgent),
+    due first, then executing, overdue, by due time, priority and age.
 
     One statement, with the rows rendered to JSON by PostgreSQL: a resume lists
     up to thousands of intentions, and building model instances and serializing
@@ -279,6 +294,12 @@ def open_intentions_rendered(*, thread: Thread, now) -> RawJSON:
                 now,
                 thread.pk,
                 [str(s) for s in RESUME_STATUSES],
+                thread.agent_id,
+                [str(s) for s in RESUME_STATUSES],
+                IntentionStatus.DUE,
+                IntentionStatus.EXECUTING,
+                now,
+                RESUME_AGENT_INTENTIONS,
             ],
         )
         return RawJSON(cursor.fetchone()[0])

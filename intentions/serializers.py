@@ -597,8 +597,9 @@ class ResumeOutputSerializer(serializers.Serializer):
     checkpoint = WorkingStateOutputSerializer(help_text="1. The current working state.")
     intentions = IntentionOutputSerializer(
         many=True,
-        help_text="2. The thread's open intentions: due, executing, overdue, then by due time "
-        "and priority.",
+        help_text="2. The open intentions a successor inherits: the thread's, and the agent's "
+        "that belong to no thread (thread null; the 100 most urgent); due, executing, "
+        "overdue, then by due time and priority.",
     )
     recheck = RecheckItemSerializer(
         many=True,

@@ -775,6 +775,8 @@ class TestHandover:
                 intention_body(fired["id"]),
                 intention_body(overdue["id"]),
                 intention_body(later["id"]),
+                # The agent's promise of no thread: the successor inherits it too.
+                intention_body(elsewhere["id"]),
             ],
             "recheck": [
                 {
@@ -801,7 +803,7 @@ class TestHandover:
         assert [p["intention_id"] for p in body["pending"]] == [fired["id"]]
         assert body["handover"]["status"] == "resumed"
         assert body["thread"]["status"] == "handing_over"
-        assert done["id"] not in json.dumps(body) and elsewhere["id"] not in json.dumps(body)
+        assert done["id"] not in json.dumps(body)  # completed: nothing to inherit
 
         acknowledged = post(sim, f"/api/v1/threads/{thread_id}/acknowledge", {"session_id": "s2"})
         assert (acknowledged.status_code, acknowledged.json()) == (

@@ -81,3 +81,22 @@ class TestOpenIntentionsRendered:
 
     def test_an_empty_thread_renders_an_empty_list(self, thread):
         assert selectors.open_intentions_rendered(thread=thread, now=T0).parsed() == []
+
+    def test_the_agents_intentions_of_no_thread_come_too_most_urgent_first(
+        self, agent, thread, monkeypatch
+    ):
+        mine = IntentionFactory(agent=agent, thread=thread, due_at=T0 + timedelta(days=3))
+        unthreaded_due = in_status(agent, IntentionStatus.DUE, thread=None)
+        unthreaded_later = IntentionFactory(agent=agent, thread=None, due_at=T0 + timedelta(days=1))
+        unthreaded_last = IntentionFactory(agent=agent, thread=None, due_at=T0 + timedelta(days=9))
+        IntentionFactory(agent=agent, thread=ThreadFactory(agent=agent))  # another thread's
+        IntentionFactory(thread=None)  # another agent's
+
+        def listed():
+            rendered = selectors.open_intentions_rendered(thread=thread, now=T0).parsed()
+            return [r["id"] for r in rendered]
+
+        ids = [str(i.pk) for i in (unthreaded_due, unthreaded_later, mine, unthreaded_last)]
+        assert listed() == ids
+        monkeypatch.setattr(selectors, "RESUME_AGENT_INTENTIONS", 2)
+        assert listed() == ids[:3]  # the least urgent of no thread left out

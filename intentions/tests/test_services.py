@@ -596,6 +596,7 @@ class TestResumePackage:
             agent=agent, thread=thread, trigger_type="time", due_at=T0 - minutes(5)
         )
         blocked = in_status(agent, IntentionStatus.BLOCKED, thread=thread)
+        waited_on = Intention.objects.get(agent=agent, thread=None)  # what `blocked` waits for
         executing = in_status(agent, IntentionStatus.EXECUTING, thread=thread)
         due = in_status(agent, IntentionStatus.DUE, thread=thread)
         for status in (
@@ -614,7 +615,17 @@ class TestResumePackage:
         assert package.checkpoint.state == checkpoint_state()
         assert [i["id"] for i in package.intentions.parsed()] == [
             str(x.pk)
-            for x in (due, executing, overdue, sooner, later, manual_high, manual_low, blocked)
+            for x in (
+                due,
+                executing,
+                overdue,
+                sooner,
+                later,
+                manual_high,
+                manual_low,
+                waited_on,  # the agent's, of no thread: a successor sees it too
+                blocked,
+            )
         ]
         assert package.recheck == [
             {

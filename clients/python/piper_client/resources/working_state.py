@@ -57,8 +57,9 @@ class WorkingStates(Resource):
 
     @operation
     def resume(self, thread_id: str, *, session_id: str) -> m.Resume:
-        """What a successor needs first: the checkpoint, the thread's active intentions,
-        what to re-check, and the branches not to retry."""
+        """What a successor needs first: the checkpoint, the open intentions it inherits
+        (the thread's and the agent's of no thread), what to re-check, and the branches
+        not to retry."""
         return post(f"/threads/{thread_id}/resume", m.Resume, {"session_id": session_id})
 
     @operation
