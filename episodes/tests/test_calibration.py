@@ -166,7 +166,7 @@ def test_the_command_records_a_calibration_that_retrieval_then_applies(agent_a, 
     balanced = (calibration.answerable_accuracy + calibration.unanswerable_accuracy) / 2
     assert balanced == pytest.approx(calibration.details["balanced_accuracy"], abs=1e-4)
     # At most MAX_FALSE_ANSWER_RATE of the never-happened questions answered; on this
-    # deliberately hard set (see the README) that keeps a minority of the paraphrases.
+    # deliberately hard set (see docs/episodes.md) that keeps a minority of the paraphrases.
     assert calibration.unanswerable_accuracy >= 1 - MAX_FALSE_ANSWER_RATE
     assert calibration.answerable_accuracy > 0.2
     assert calibration.details["answer_in_hits"] == 41
