@@ -479,3 +479,20 @@ class FactText(models.Model):
 
     def __str__(self) -> str:
         return self.text[:80]
+
+
+class FactTextCursor(models.Model):
+    """How far the fact-text backlog sweep (`facts.fact_texts_backlog`) has
+    checked an agent's ledger: every pair the events up to `last_seq` touched
+    has been rendered again since they were recorded. The texts are kept by
+    tasks queued after commit; the sweep is the safety net for a task that was
+    lost (Redis flushed or down, a worker killed), and works from this row, in
+    PostgreSQL, so a lost broker cannot lose its place."""
+
+    agent = models.OneToOneField(
+        Agent, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    last_seq = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} @ {self.last_seq}"

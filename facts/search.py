@@ -20,14 +20,16 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from ledger.models import Event
@@ -36,7 +38,7 @@ from piper.errors import InvalidInput
 from piper.tenancy.models import Agent
 
 from . import projection as p
-from .models import Entity, Fact, FactText
+from .models import Entity, Fact, FactText, FactTextCursor
 
 logger = logging.getLogger(__name__)
 
@@ -625,3 +627,146 @@ def entities_named_in(*, agent: Agent, text: str) -> list[NamedEntity]:
         seen.add(entity_id)
         result.append(NamedEntity(entities[entity_id], alias, start))
     return result
+
+
+# ------------------------------------------------------------------ the backlog sweep
+
+# Events one step of the sweep reads for one agent (one refresh of the pairs they touched).
+BACKLOG_EVENTS_PER_STEP = 5000
+# The sweep leaves events younger than this to the tasks their commit queued.
+BACKLOG_GRACE_SECONDS = 120
+# One sweep works for at most this long, then leaves the rest to the next run.
+BACKLOG_TIME_BUDGET_SECONDS = 50
+_BACKLOG_LOCK = "facts-texts-backlog"
+
+
+def _agents_behind(agent_id: uuid.UUID | None) -> list[tuple[uuid.UUID, int]]:
+    """(agent, cursor) for each agent whose ledger has moved past its cursor."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT h.agent_id, COALESCE(c.last_seq, 0)
+              FROM ledger_chainhead h
+              LEFT JOIN facts_facttextcursor c ON c.agent_id = h.agent_id
+             WHERE h.last_seq > COALESCE(c.last_seq, 0)
+               AND (%(agent)s::uuid IS NULL OR h.agent_id = %(agent)s::uuid)
+             ORDER BY h.agent_id
+            """,
+            {"agent": agent_id},
+        )
+        return cursor.fetchall()
+
+
+def _texts_catch_up(
+    agent_id: uuid.UUID, after_seq: int, cutoff: datetime
+) -> tuple[int, list[uuid.UUID]] | None:
+    """One step for one agent: render again the pairs its events after
+    `after_seq` (up to BACKLOG_EVENTS_PER_STEP of them, recorded before
+    `cutoff`) touched, then move its cursor past them. Returns (events
+    stepped over, texts changed), or None when no event is old enough yet."""
+    upto = Event.objects.filter(
+        agent_id=agent_id,
+        seq__gt=after_seq,
+        seq__lte=after_seq + BACKLOG_EVENTS_PER_STEP,
+        recorded_at__lt=cutoff,
+    ).aggregate(upto=Max("seq"))["upto"]
+    if upto is None:
+        return None
+    pairs = pairs_touched(agent_id, after_seq + 1, upto)
+    changed: list[uuid.UUID] = []
+    if pairs:
+        # Not embedded here: the sweep embeds what is left without a vector next.
+        changed = fact_texts_refresh(
+            agent_id=agent_id, pairs=pairs, embed="never", lock_timeout_ms=500
+        ).changed
+    # A later cursor only: two sweeps at once (the lock lost with its session)
+    # never move it back.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {FactTextCursor._meta.db_table} AS c (agent_id, last_seq) "
+            "VALUES (%s, %s) ON CONFLICT (agent_id) DO UPDATE "
+            "SET last_seq = GREATEST(c.last_seq, EXCLUDED.last_seq)",
+            [agent_id, upto],
+        )
+    return upto - after_seq, changed
+
+
+def fact_texts_backlog(
+    *,
+    agent_id: uuid.UUID | None = None,
+    grace_seconds: float = BACKLOG_GRACE_SECONDS,
+    time_budget_seconds: float = BACKLOG_TIME_BUDGET_SECONDS,
+) -> dict[str, int]:
+    """Re-derive the fact texts a lost task left missing, stale or without a
+    vector (`facts.fact_texts_backlog`, celery-beat).
+
+    1. For every agent (or one) whose ledger moved past its FactTextCursor:
+       the pairs the events since touched are rendered again (a text already
+       right is left alone) and the cursor moves on — only events older than
+       `grace_seconds`, which the tasks of their commit had time to do.
+    2. Texts without a vector, rendered more than `grace_seconds` ago or
+       changed by step 1, are embedded.
+
+    Idempotent, and all its state is in PostgreSQL: a sweep whose worker dies
+    is done again by the next. One sweep at a time (a session advisory lock;
+    a second returns at once). Stops after `time_budget_seconds`, leaving the
+    rest to the next run. Returns counts."""
+    from django.db import OperationalError
+
+    done = {"agents": 0, "events": 0, "texts_changed": 0, "texts_embedded": 0, "gave_way": 0}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [_BACKLOG_LOCK])
+        if not cursor.fetchone()[0]:
+            logger.info("fact_texts_backlog: another sweep is running")
+            return done
+    try:
+        deadline = time.monotonic() + time_budget_seconds
+        cutoff = timezone.now() - timedelta(seconds=grace_seconds)
+        changed: list[uuid.UUID] = []
+        for agent, cursor_seq in _agents_behind(agent_id):
+            stepped_over = 0
+            while time.monotonic() < deadline:
+                try:
+                    step = _texts_catch_up(agent, cursor_seq, cutoff)
+                except OperationalError as exc:  # a lock wait gave way: next run
+                    if getattr(exc.__cause__, "sqlstate", None) not in ("55P03", "40P01"):
+                        raise
+                    done["gave_way"] += 1
+                    break
+                if step is None:
+                    break
+                stepped, texts = step
+                cursor_seq += stepped
+                stepped_over += stepped
+                changed += texts
+            done["agents"] += bool(stepped_over)
+            done["events"] += stepped_over
+            if time.monotonic() >= deadline:
+                break
+        done["texts_changed"] = len(changed)
+        pending = FactText.objects.filter(embedding__isnull=True).filter(
+            Q(rendered_at__lt=cutoff) | Q(pk__in=changed)
+        )
+        if agent_id is not None:
+            pending = pending.filter(agent_id=agent_id)
+        after = None
+        while time.monotonic() < deadline:
+            page = pending.order_by("id")
+            if after is not None:
+                page = page.filter(id__gt=after)
+            ids = list(page.values_list("id", flat=True)[:EMBED_BATCH])
+            if not ids:
+                break
+            done["texts_embedded"] += fact_texts_embed(ids=ids)
+            after = ids[-1]
+        if any(done[k] for k in ("events", "texts_changed", "texts_embedded", "gave_way")):
+            logger.info("fact_texts_backlog: %s", done)
+        return done
+    finally:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [_BACKLOG_LOCK]
+                )
+        except DatabaseError:  # the session is gone, and its lock with it
+            logger.warning("fact_texts_backlog: could not release its lock", exc_info=True)

@@ -14,6 +14,8 @@ logger = logging.getLogger(__name__)
 # PostgreSQL's deadlock check (deadlock_timeout, 1 s) could pick the other side.
 LOCK_TIMEOUT_MS = 500
 MAX_RETRIES = 5
+# facts.search.BACKLOG_TIME_BUDGET_SECONDS (not imported here: search imports the models)
+BACKLOG_BUDGET_SECONDS = 50
 
 
 def _gave_way(exc: OperationalError) -> bool:
@@ -62,3 +64,28 @@ def embed_fact_texts(text_ids: list[str]) -> None:
     from . import search
 
     search.fact_texts_embed(ids=[uuid.UUID(i) for i in text_ids])
+
+
+@shared_task(
+    name="facts.fact_texts_backlog",
+    ignore_result=True,
+    soft_time_limit=BACKLOG_BUDGET_SECONDS + 60,
+    time_limit=BACKLOG_BUDGET_SECONDS + 90,
+)
+def fact_texts_backlog(
+    agent_id: str | None = None,
+    grace_seconds: float | None = None,
+    time_budget_seconds: float | None = None,
+) -> dict[str, int]:
+    """celery-beat: render again the fact texts a lost index task left missing
+    or stale, and embed those a lost embed task left without a vector
+    (facts.search.fact_texts_backlog)."""
+    from . import search
+
+    return search.fact_texts_backlog(
+        agent_id=uuid.UUID(agent_id) if agent_id else None,
+        grace_seconds=search.BACKLOG_GRACE_SECONDS if grace_seconds is None else grace_seconds,
+        time_budget_seconds=search.BACKLOG_TIME_BUDGET_SECONDS
+        if time_budget_seconds is None
+        else time_budget_seconds,
+    )

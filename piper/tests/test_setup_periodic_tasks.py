@@ -39,6 +39,7 @@ def test_creates_the_periodic_tasks():
         "created    piper:intentions-webhook-retries\n"
         "created    piper:skills-review-validated\n"
         "created    piper:episodes-embed-backlog\n"
+        "created    piper:facts-texts-backlog\n"
         "created    piper:forgetting-retention-sweep\n"
         "created    piper:episodes-agent-graphs\n"
         "created    piper:consolidation-due\n"
@@ -62,6 +63,13 @@ def test_creates_the_periodic_tasks():
         (
             "piper:episodes-embed-backlog",
             "episodes.embed_backlog",
+            "every 60 seconds",
+            True,
+            60,
+        ),
+        (
+            "piper:facts-texts-backlog",
+            "facts.fact_texts_backlog",
             "every 60 seconds",
             True,
             60,
@@ -126,6 +134,7 @@ def test_running_twice_leaves_exactly_the_same_rows():
         "unchanged  piper:intentions-webhook-retries\n"
         "unchanged  piper:skills-review-validated\n"
         "unchanged  piper:episodes-embed-backlog\n"
+        "unchanged  piper:facts-texts-backlog\n"
         "unchanged  piper:forgetting-retention-sweep\n"
         "unchanged  piper:episodes-agent-graphs\n"
         "unchanged  piper:consolidation-due\n"
@@ -156,6 +165,7 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
         "unchanged  piper:intentions-webhook-retries\n"
         "unchanged  piper:skills-review-validated\n"
         "unchanged  piper:episodes-embed-backlog\n"
+        "unchanged  piper:facts-texts-backlog\n"
         "unchanged  piper:forgetting-retention-sweep\n"
         "unchanged  piper:episodes-agent-graphs\n"
         "unchanged  piper:consolidation-due\n"
@@ -167,6 +177,7 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
         ("piper:consolidation-due", True),
         ("piper:episodes-agent-graphs", True),
         ("piper:episodes-embed-backlog", True),
+        ("piper:facts-texts-backlog", True),
         ("piper:forgetting-retention-sweep", True),
         ("piper:intentions-engine", True),
         ("piper:intentions-rehearse", True),

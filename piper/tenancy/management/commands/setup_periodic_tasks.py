@@ -103,6 +103,15 @@ PERIODIC_TASKS: tuple[Periodic, ...] = (
         expire_seconds=60,
     ),
     Periodic(
+        name=PREFIX + "facts-texts-backlog",
+        task="facts.fact_texts_backlog",
+        schedule=Every(seconds=60),
+        description="Renders again the fact texts a lost after-commit task left missing or "
+        "stale (from a cursor over each agent's ledger) and embeds texts left without a "
+        "vector, for up to 50 s a run.",
+        expire_seconds=60,
+    ),
+    Periodic(
         name=PREFIX + "forgetting-retention-sweep",
         task="forgetting.retention_sweep",
         schedule=Cron(minute="*/15"),
