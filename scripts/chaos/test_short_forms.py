@@ -46,7 +46,7 @@ def threads_race(base_url: str, key: str):
 
 @pytest.mark.parametrize("mode", ["now", "backdated"])
 def test_fifty_writes_at_once_to_one_fact_make_one_linear_chain(live_server, mode):
-    client = make_client(f"storm-{mode}", rate_per_minute=10_000_000)
+    client = make_client(f"storm-{mode}", rate_per_minute=1_000_000)
     base = datetime.now(UTC).replace(microsecond=0) - timedelta(days=3)
     claims = [
         (f"w{n:03d}", (base + timedelta(minutes=(n * 37) % WRITES)).isoformat())
@@ -79,7 +79,7 @@ def test_fifty_writes_at_once_to_one_fact_make_one_linear_chain(live_server, mod
 
 @pytest.mark.parametrize("scenario", ["handover", "intention"])
 def test_one_winner_races(live_server, scenario):
-    client = make_client(f"races-{scenario}", rate_per_minute=10_000_000)
+    client = make_client(f"races-{scenario}", rate_per_minute=1_000_000)
     play, _ = state_races.SCENARIOS[scenario]
     tally = state_races.Tally()
     with _stack.client(live_server.url, client.raw_key) as http:
