@@ -607,6 +607,21 @@ def drive(name: str, title: str, args, services, inject, describe: str, epilogue
         for label, value in answers.items():
             print(f"   {label}: {value}")
         print(f"   requests in flight when a fault began, answered with an error: {cut}")
+        for reply in replies:
+            if reply.replayed:  # made, though its first answer was an error: which, when
+                first = reply.extra["attempts"][0]
+                fault = min(faults, key=lambda f: abs(f["began"] - first["at"]), default=None)
+                print(
+                    f"   replayed: {reply.label} ({reply.extra['op']}), attempts "
+                    + ", ".join(
+                        f"{a['status'] or 'none'} {a['code']} sent at "
+                        f"{a['at'] - fault['began']:+.2f} s, answered in {a['seconds']:.2f} s"
+                        for a in reply.extra["attempts"]
+                    )
+                    + " (times from the fault's start)"
+                    if fault
+                    else ""
+                )
         for n, fault in enumerate(faults, 1):
             seen = probe.outage(fault["began"], fault["back"])
             fault.update(seen)
