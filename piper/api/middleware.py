@@ -29,9 +29,13 @@ class RequestSizeLimitMiddleware:
 
 # What a database error means to a client, by SQLSTATE (PostgreSQL appendix A):
 # (code, message, seconds to wait before retrying). Anything else is a bug: 500.
+# A connection lost as a write committed may have made it (the server committed,
+# the acknowledgement never came: scripts/chaos/pg_restart.py saw it), so this one
+# does not say "nothing was written": the Idempotency-Key makes the retry safe.
 _UNAVAILABLE = (
     "database_unavailable",
-    "the database is unavailable right now; nothing was written. Retry shortly.",
+    "the database is unavailable right now. Retry shortly with the same Idempotency-Key: "
+    "a write cut off as it committed may have been made, and the key answers it once.",
     5,
 )
 _BUSY = (
