@@ -36,8 +36,11 @@ def _redis():
 
 
 def healthz(request):
-    """200 when the database and Redis answer (the web process can serve);
-    503 otherwise. Missing workers or beat make it 'degraded', not down."""
+    """200 when the database answers (the web process can serve); 503 otherwise.
+    Redis down, or missing workers or beat, make it 'degraded', not down: the
+    API serves without Redis (rate limits fail open; background work is
+    re-derived by the reconcilers once it is back), so a load balancer must not
+    take the web processes out for it."""
     database = _timed(_database)
     redis = _timed(_redis)
     workers = {"ok": False, "workers": {}}
@@ -51,9 +54,8 @@ def healthz(request):
         }
         age = alive["beat_age_seconds"]
         beat = {"ok": age is not None and age < BEAT_STALE_SECONDS, "age_seconds": age}
-    serving = database["ok"] and redis["ok"]
-    state = (
-        "ok" if serving and workers["ok"] and beat["ok"] else ("degraded" if serving else "down")
-    )
+    serving = database["ok"]
+    healthy = serving and redis["ok"] and workers["ok"] and beat["ok"]
+    state = "ok" if healthy else ("degraded" if serving else "down")
     body = {"status": state, "database": database, "redis": redis, "worker": workers, "beat": beat}
     return JsonResponse(body, status=200 if serving else 503)

@@ -134,6 +134,22 @@ class TestHealth:
         assert body["status"] == "down"
         assert body["database"] == {"ok": False, "error": "ConnectionError: no route to database"}
 
+    def test_redis_down_is_degraded_not_down(self, anonymous_client, monkeypatch):
+        """The API serves without Redis (rate limits fail open, the reconcilers
+        redo lost background work): a load balancer must keep the process."""
+        from piper.api import health
+
+        def gone():
+            raise ConnectionError("Redis is not answering")
+
+        monkeypatch.setattr(health, "_redis", gone)
+        response = anonymous_client.get("/healthz")
+        assert response.status_code == 200
+        body = response.json()
+        assert body["status"] == "degraded"
+        assert body["redis"] == {"ok": False, "error": "ConnectionError: Redis is not answering"}
+        assert body["worker"]["ok"] is False and body["beat"]["ok"] is False
+
 
 class TestDatetimes:
     """Every response writes a moment one way (api_datetime), the way DRF's own
