@@ -65,12 +65,6 @@ def group_by_session(evidence: Sequence[Evidence]) -> list[dict[str, Any]]:
     return out
 
 
-def _names_one_subject(agent: Agent, query: str) -> bool:
-    from facts.search import entities_named_in
-
-    return len({m.entity.pk for m in entities_named_in(agent=agent, text=query)}) == 1
-
-
 def recall(
     *,
     agent: Agent,
@@ -119,12 +113,16 @@ def recall(
         decision = router.explicit(route)
     ask = Ask(agent, query, vector, limit, filters, context or {}, scopes, now)
     answer = None
-    if router.may_ask_an_attribute(decision) and _names_one_subject(agent, query):
-        # "When is the billing export due?": one known subject named and one of
-        # its stated attributes asked is a current fact, whatever else the
+    if router.may_ask_an_attribute(decision):
+        # "What is due for the billing export?": one known subject named and one
+        # of its stated attributes asked is a current fact, whatever else the
         # words suggest (what_to_do's "is due"); multi-hop needs two subjects.
-        attempt = route_current_fact(ask)
-        if not attempt.abstained and len(attempt.details["facts"]["named"]) == 1:
+        from facts.search import entities_named_in
+
+        named = entities_named_in(agent=agent, text=query)
+        one_subject = len({m.entity.pk for m in named}) == 1
+        attempt = route_current_fact(ask, named=named) if one_subject else None
+        if attempt is not None and not attempt.abstained:
             answer = attempt
             decision = dataclasses.replace(
                 decision,
