@@ -163,7 +163,3 @@ def kinds(word: str, senses: int = SENSES) -> frozenset[str]:
             for path in synset.hypernym_paths():
                 out.update(anchors[s.name()] for s in path if s.name() in anchors)
     return frozenset(out)
-
-
-def is_noun(word: str) -> bool:
-    return any(wordnet().synsets(form, "n") for form in forms(word))
