@@ -102,6 +102,12 @@ class Handover(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     resumed_at = models.DateTimeField(null=True, blank=True)
     acknowledged_at = models.DateTimeField(null=True, blank=True)
+    surfaced = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Ids of the open intentions the successor's first resume showed it "
+        "(suite H: open items that survived the succession). Empty until resumed.",
+    )
 
     class Meta:
         ordering = ["-created_at"]

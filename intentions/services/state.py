@@ -311,35 +311,38 @@ def thread_resume(*, agent: Agent, thread: Thread, session_id: str) -> ResumePac
             .exclude(status=Handover.Status.ACKNOWLEDGED)
             .first()
         )
-        if handover is not None:
-            if session_id != handover.to_session:
-                raise Conflict(
-                    f"thread {locked.key!r} is being handed over to {handover.to_session!r}, "
-                    f"not {session_id!r}",
-                    code="not_the_successor",
-                )
-            if handover.status == Handover.Status.PENDING:
-                event = _ledger(
-                    agent,
-                    "thread.resumed",
-                    {
-                        "thread_id": str(locked.pk),
-                        "handover_id": str(handover.pk),
-                        "session": session_id,
-                    },
-                    session_id,
-                )
-                Handover.objects.filter(pk=handover.pk).update(
-                    status=Handover.Status.RESUMED, resumed_at=event.recorded_at
-                )
-                handover.refresh_from_db()
+        if handover is not None and session_id != handover.to_session:
+            raise Conflict(
+                f"thread {locked.key!r} is being handed over to {handover.to_session!r}, "
+                f"not {session_id!r}",
+                code="not_the_successor",
+            )
+        intentions = open_intentions_rendered(thread=locked, now=now)
+        if handover is not None and handover.status == Handover.Status.PENDING:
+            # What the successor was shown: suite H's open items that survived.
+            surfaced = [item["id"] for item in intentions.parsed()]
+            event = _ledger(
+                agent,
+                "thread.resumed",
+                {
+                    "thread_id": str(locked.pk),
+                    "handover_id": str(handover.pk),
+                    "session": session_id,
+                    "surfaced": surfaced,
+                },
+                session_id,
+            )
+            Handover.objects.filter(pk=handover.pk).update(
+                status=Handover.Status.RESUMED, resumed_at=event.recorded_at, surfaced=surfaced
+            )
+            handover.refresh_from_db()
     checkpoint = working_state_current(thread=locked)
     state = checkpoint.state if checkpoint else {}
     return ResumePackage(
         thread=locked,
         handover=handover,
         checkpoint=checkpoint,
-        intentions=open_intentions_rendered(thread=locked, now=now),
+        intentions=intentions,
         recheck=dependencies_to_recheck(state, now),
         failed_branches=list(state.get("failed_branches") or []),
         pending=list(

@@ -526,10 +526,20 @@ class TestHandover:
             "thread.handover_acknowledged",
         ]
         resumed, acked = Event.objects.filter(agent=agent, seq__gt=since + 1).order_by("seq")
+        # What the successor was shown: the thread's open intention and the agent's
+        # threadless one, not the finished ones (suite H's open items that survived).
+        surfaced = resumed.payload["surfaced"]
+        assert sorted(surfaced) == sorted([str(open_one.pk), str(elsewhere.pk)])
         assert (resumed.session_id, resumed.payload) == (
             "s2",
-            {"thread_id": str(thread.pk), "handover_id": str(handover.pk), "session": "s2"},
+            {
+                "thread_id": str(thread.pk),
+                "handover_id": str(handover.pk),
+                "session": "s2",
+                "surfaced": surfaced,
+            },
         )
+        assert Handover.objects.get(pk=handover.pk).surfaced == surfaced
         assert (acked.session_id, acked.payload) == (
             "s2",
             {"thread_id": str(thread.pk), "handover_id": str(handover.pk), "session": "s2"},
