@@ -56,7 +56,7 @@ class BatteryRun(models.Model):
         default=dict,
         blank=True,
         help_text="Designed suites that did not run, each counted 0: name, weight, reason "
-        "(not_selected, not_registered, crashed) and detail.",
+        "(not_selected, not_registered, crashed, nothing_to_measure) and detail.",
     )
     suite_scores = models.JSONField(
         default=dict,

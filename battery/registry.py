@@ -43,6 +43,7 @@ DESIGN_WEIGHTS: dict[str, float] = {
     "E": 20,
     "F": 10,
     "G": 5,
+    "H": 0,  # live carry-over: reported and gated, not weighted (DESIGN §9 weighs A-F)
     "L": 0,
 }
 
@@ -186,6 +187,10 @@ class Suite:
     metric_gates: tuple[MetricGate, ...] = ()
     items: list[Item] = field(default_factory=list)
     generators: list[Generator] = field(default_factory=list)
+    # Why the suite has nothing to measure now (suite H with no live use in its
+    # window), or None. A suite with nothing to measure does not run: it counts
+    # 0 and the run is incomplete, never passed.
+    unavailable: Callable[[], str | None] | None = None
 
     def __post_init__(self) -> None:
         if not SUITE_CODE.match(self.code):

@@ -12,15 +12,12 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
+from piper.admin_display import bar_chart
+
 from .models import BatteryRun
 from .scoring import MISSING_REASONS
 from .selectors import run_failure_counts, run_items
 from .taxonomy import FailureCode
-
-LABEL_WIDTH = 200
-BAR_AREA = 400
-ROW_HEIGHT = 26
-BAR_HEIGHT = 18
 
 
 def _iso(value) -> str | None:
@@ -66,31 +63,6 @@ def report_data(*, run: BatteryRun) -> dict[str, Any]:
     }
 
 
-def _bar_chart(rows: list[dict[str, Any]], *, maximum: float) -> dict[str, Any]:
-    """Geometry for a horizontal bar chart; rows carry label, value, text and css."""
-    bars = []
-    for index, row in enumerate(rows):
-        width = round(BAR_AREA * row["value"] / maximum, 1) if maximum else 0
-        bars.append(
-            {
-                **row,
-                "y": index * ROW_HEIGHT + 4,
-                "text_y": index * ROW_HEIGHT + 4 + BAR_HEIGHT - 5,
-                "width": width,
-                "text_x": LABEL_WIDTH + width + 6,
-            }
-        )
-    return {
-        "width": LABEL_WIDTH + BAR_AREA + 80,
-        "height": len(rows) * ROW_HEIGHT + 8,
-        "label_width": LABEL_WIDTH,
-        "label_x": LABEL_WIDTH - 8,
-        "bar_area": BAR_AREA,
-        "bar_height": BAR_HEIGHT,
-        "bars": bars,
-    }
-
-
 def report_html(*, data: dict[str, Any]) -> str:
     suites = [{"code": code, "ran": True, **suite} for code, suite in data["suites"].items()]
     missing = [
@@ -102,7 +74,7 @@ def report_html(*, data: dict[str, Any]) -> str:
         }
         for code, suite in data.get("missing_suites", {}).items()
     ]
-    score_chart = _bar_chart(
+    score_chart = bar_chart(
         [
             {
                 "label": f"{s['code']} {s['name']}",
@@ -114,7 +86,7 @@ def report_html(*, data: dict[str, Any]) -> str:
         ],
         maximum=100,
     )
-    failure_chart = _bar_chart(
+    failure_chart = bar_chart(
         [
             {"label": code, "value": count, "text": str(count), "css": "fail"}
             for code, count in data["failure_codes"].items()

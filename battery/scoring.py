@@ -141,12 +141,14 @@ class Gate:
 NOT_SELECTED = "not_selected"  # the run was restricted (--suite) to other suites
 NOT_REGISTERED = "not_registered"  # designed, but no module registers it
 CRASHED = "crashed"  # it broke outside its items; its items stored so far are kept
+NOTHING_TO_MEASURE = "nothing_to_measure"  # e.g. suite H with no live use in its window
 NOT_RUN = "not_run"  # no reason given
 
 MISSING_REASONS = {
     NOT_SELECTED: "not selected",
     NOT_REGISTERED: "not registered",
     CRASHED: "crashed",
+    NOTHING_TO_MEASURE: "nothing to measure",
     NOT_RUN: "not run",
 }
 

@@ -22,6 +22,7 @@ from .scoring import (
     CRASHED,
     NOT_REGISTERED,
     NOT_SELECTED,
+    NOTHING_TO_MEASURE,
     MissingSuite,
     Scorecard,
     SuiteResult,
@@ -194,6 +195,18 @@ def battery_run(
         for suite in suites:
             outcomes = []
             try:
+                nothing = suite.unavailable() if suite.unavailable else None
+                if nothing:
+                    absent.append(
+                        MissingSuite(
+                            code=suite.code,
+                            name=suite.name,
+                            weight=suite.weight,
+                            reason=NOTHING_TO_MEASURE,
+                            detail=nothing[:500],
+                        )
+                    )
+                    continue
                 for outcome in suite_execute(
                     suite=suite, seed=seed, run_id=run.pk, client=primary, new_client=new_client
                 ):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -9,6 +11,7 @@ from rest_framework.views import APIView
 from ledger.models import Source
 from piper.api.inputs import query_data
 from piper.errors import NotFound
+from piper.reads import read_announce
 
 from . import retrieval
 from .search_serializers import (
@@ -31,6 +34,20 @@ FILTERS = (
 )
 
 
+def _search_announced(response, request, result, started: float, *, route: str, filters: dict):
+    """A search is a read an agent makes instead of recall: announce it
+    (piper.reads) so it is traced and can take feedback."""
+    return read_announce(
+        response,
+        agent=request.user,
+        route=route,
+        query=request.query_params.get("q", ""),
+        filters=filters,
+        returned=[{"kind": hit.kind, "id": hit.obj.pk, "score": hit.score} for hit in result.hits],
+        started=started,
+    )
+
+
 class EpisodeSearchApi(APIView):
     @extend_schema(
         parameters=[EpisodeSearchQuerySerializer],
@@ -45,6 +62,7 @@ class EpisodeSearchApi(APIView):
         "a time window that ends before it starts.",
     )
     def get(self, request):
+        started = time.perf_counter()
         params = query_data(EpisodeSearchQuerySerializer, request)
         filters = retrieval.SearchFilters(
             **{name: params[name] for name in FILTERS if name in params},
@@ -57,7 +75,14 @@ class EpisodeSearchApi(APIView):
             limit=params["limit"],
             abstain=params["abstain"],
         )
-        return Response(result_data(result, kind="episode"))
+        return _search_announced(
+            Response(result_data(result, kind="episode")),
+            request,
+            result,
+            started,
+            route="episodes_search",
+            filters={name: str(value) for name, value in params.items() if name in FILTERS},
+        )
 
 
 class ChunkSearchApi(APIView):
@@ -71,6 +96,7 @@ class ChunkSearchApi(APIView):
         "agent's).",
     )
     def get(self, request):
+        started = time.perf_counter()
         params = query_data(ChunkSearchQuerySerializer, request)
         source_id = params.get("source_id")
         if (
@@ -85,4 +111,11 @@ class ChunkSearchApi(APIView):
             limit=params["limit"],
             abstain=params["abstain"],
         )
-        return Response(result_data(result, kind="chunk"))
+        return _search_announced(
+            Response(result_data(result, kind="chunk")),
+            request,
+            result,
+            started,
+            route="sources_search",
+            filters={"source_id": str(source_id)} if source_id else {},
+        )

@@ -7,6 +7,8 @@ so a write's answer equals what a later read shows.
 
 from __future__ import annotations
 
+import time
+
 from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiResponse,
@@ -22,6 +24,7 @@ from piper.api.inputs import IDEMPOTENCY_KEY, body_data, query_data, require_jso
 from piper.api.pagination import NewestIdCursorPagination, StrictCursorPagination
 from piper.api.serializers import CursorQuerySerializer
 from piper.errors import NotFound, PayloadTooLarge
+from piper.reads import read_announce
 from piper.tenancy.models import Scope
 
 from . import projection, selectors, services
@@ -444,6 +447,23 @@ class FactDetailApi(APIView):
         return Response(FactOutputSerializer(fact).data)
 
 
+def _lookup_announced(response, request, params, facts, started: float, *, lookup: str):
+    """A fact lookup is a read an agent makes instead of recall: announce it
+    (piper.reads) so it is traced and can take feedback."""
+    times = {
+        name: params[name].isoformat() for name in ("valid_time", "record_time") if name in params
+    }
+    return read_announce(
+        response,
+        agent=request.user,
+        route="facts_lookup",
+        query=" ".join(filter(None, [params["subject"], params.get("predicate")])),
+        filters={"lookup": lookup, **times},
+        returned=[{"kind": "fact", "id": fact.pk, "score": None} for fact in facts],
+        started=started,
+    )
+
+
 class FactCurrentApi(APIView):
     @extend_schema(
         parameters=[FactQuerySerializer],
@@ -453,6 +473,7 @@ class FactCurrentApi(APIView):
         "are never current; they show in each fact's memory_status.contested_by.",
     )
     def get(self, request):
+        started = time.perf_counter()
         params = query_data(FactQuerySerializer, request)
         if params.get("predicate"):
             subject, _, facts = selectors.facts_valid_at_by_ref(
@@ -464,7 +485,8 @@ class FactCurrentApi(APIView):
             subject, predicate = _subject_and_predicate(request, params)
             facts = selectors.facts_current(agent=request.user, subject=subject, predicate=None)
         body = {"subject": subject, "predicate": params.get("predicate"), "facts": facts}
-        return Response(FactListOutputSerializer(body).data)
+        response = Response(FactListOutputSerializer(body).data)
+        return _lookup_announced(response, request, params, facts, started, lookup="current")
 
 
 class FactAsOfApi(APIView):
@@ -474,6 +496,7 @@ class FactAsOfApi(APIView):
         summary="as_of: what was true at valid_time, as currently believed",
     )
     def get(self, request):
+        started = time.perf_counter()
         params = query_data(FactAsOfQuerySerializer, request)
         if params.get("predicate"):
             subject, _, facts = selectors.facts_valid_at_by_ref(
@@ -493,7 +516,8 @@ class FactAsOfApi(APIView):
             "valid_time": params["valid_time"],
             "facts": facts,
         }
-        return Response(FactAsOfOutputSerializer(body).data)
+        response = Response(FactAsOfOutputSerializer(body).data)
+        return _lookup_announced(response, request, params, facts, started, lookup="as_of")
 
 
 class FactAsKnownAtApi(APIView):
@@ -505,6 +529,7 @@ class FactAsKnownAtApi(APIView):
         "retractions are ignored; contested claims were never believed and never appear.",
     )
     def get(self, request):
+        started = time.perf_counter()
         params = query_data(FactAsKnownAtQuerySerializer, request)
         subject, predicate = _subject_and_predicate(request, params)
         facts = selectors.facts_as_known_at(
@@ -521,7 +546,8 @@ class FactAsKnownAtApi(APIView):
             "record_time": params["record_time"],
             "facts": facts,
         }
-        return Response(FactAsKnownAtOutputSerializer(body).data)
+        response = Response(FactAsKnownAtOutputSerializer(body).data)
+        return _lookup_announced(response, request, params, facts, started, lookup="as_known_at")
 
 
 CHAIN_DESCRIPTION = (

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.utils.html import format_html
+
+# Horizontal bar charts drawn as inline SVG (templates/admin/bar_chart.html):
+# the battery's report and the admin's live carry-over page.
+LABEL_WIDTH = 200
+BAR_AREA = 400
+ROW_HEIGHT = 26
+BAR_HEIGHT = 18
 
 
 def pretty_json(value) -> str:
@@ -13,3 +21,28 @@ def pretty_json(value) -> str:
         '<pre style="white-space: pre-wrap; margin: 0">{}</pre>',
         json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True),
     )
+
+
+def bar_chart(rows: list[dict[str, Any]], *, maximum: float) -> dict[str, Any]:
+    """Geometry for a horizontal bar chart; rows carry label, value, text and css."""
+    bars = []
+    for index, row in enumerate(rows):
+        width = round(BAR_AREA * row["value"] / maximum, 1) if maximum else 0
+        bars.append(
+            {
+                **row,
+                "y": index * ROW_HEIGHT + 4,
+                "text_y": index * ROW_HEIGHT + 4 + BAR_HEIGHT - 5,
+                "width": width,
+                "text_x": LABEL_WIDTH + width + 6,
+            }
+        )
+    return {
+        "width": LABEL_WIDTH + BAR_AREA + 80,
+        "height": len(rows) * ROW_HEIGHT + 8,
+        "label_width": LABEL_WIDTH,
+        "label_x": LABEL_WIDTH - 8,
+        "bar_area": BAR_AREA,
+        "bar_height": BAR_HEIGHT,
+        "bars": bars,
+    }

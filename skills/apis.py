@@ -51,6 +51,7 @@ from piper.api.inputs import IDEMPOTENCY_KEY, body_data, query_data
 from piper.api.pagination import NewestIdCursorPagination
 from piper.api.serializers import CursorQuerySerializer
 from piper.errors import InvalidInput
+from piper.reads import read_announce
 from piper.tenancy.models import Scope
 
 from . import selectors
@@ -335,6 +336,7 @@ class MatchApi(APIView):
         "misses list rejected versions with typed reasons. Writes nothing.",
     )
     def post(self, request):
+        started = time.perf_counter()
         data = body_data(MatchInputSerializer, request)
         if not isinstance(data["context"], dict):
             raise InvalidInput("context: a JSON object", details={"context": ["must be an object"]})
@@ -345,7 +347,19 @@ class MatchApi(APIView):
             scopes=list(request.auth.scopes),
             limit=data["limit"],
         )
-        return Response(MatchOutputSerializer(result).data)
+        # A match is a read an agent makes instead of recall: announce it
+        # (piper.reads) so it is traced, and a later execution counts as followed.
+        return read_announce(
+            Response(MatchOutputSerializer(result).data),
+            agent=request.user,
+            route="skill_match",
+            query=data["task"],
+            filters={},
+            returned=[
+                {"kind": "skill", "id": c.version.pk, "score": c.score} for c in result.applicable
+            ],
+            started=started,
+        )
 
 
 # ---------------------------------------------------------------------- executions

@@ -190,3 +190,34 @@ def run_suite_small(
         )
     )
     return specs, outcomes
+
+
+def live_use(name: str = "live-agent", *, done: int = 1, left_overdue: int = 0) -> None:
+    """A real (not throwaway) agent at work through the API: a thread with
+    `done + left_overdue` follow-ups, handed over and resumed by its
+    successor, which completes `done` of them and leaves the others due
+    (they count as not executed once past PIPER_LIVE_GRACE_SECONDS)."""
+    from conftest import make_client
+
+    client = make_client(name)
+
+    def post(path: str, body: dict) -> dict:
+        response = client.post(path, body, format="json")
+        assert response.status_code in (200, 201), response.content
+        return response.json()
+
+    thread = post("/api/v1/threads", {"key": "export-repair", "session_id": "s1"})["id"]
+    follow_ups = [
+        post(
+            "/api/v1/intentions",
+            {"description": f"follow-up {n}", "trigger_type": "manual", "thread": thread},
+        )["id"]
+        for n in range(done + left_overdue)
+    ]
+    post(f"/api/v1/threads/{thread}/handover", {"to_session": "s2"})
+    post(f"/api/v1/threads/{thread}/resume", {"session_id": "s2"})
+    post(f"/api/v1/threads/{thread}/acknowledge", {"session_id": "s2"})
+    for intention in follow_ups[:done]:
+        post(f"/api/v1/intentions/{intention}/complete", {})
+    for intention in follow_ups[done:]:
+        post(f"/api/v1/intentions/{intention}/fire", {})

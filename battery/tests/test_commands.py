@@ -32,7 +32,7 @@ def battery(*args: str) -> str:
     return out.getvalue()
 
 
-DESIGNED = ["A", "B", "C", "D", "E", "F", "G"]  # besides L; registered, so "not selected"
+DESIGNED = ["A", "B", "C", "D", "E", "F", "G", "H"]  # besides L; registered, so "not selected"
 
 CAPS_FAILED_CLOSED = [
     {
@@ -78,7 +78,7 @@ def test_run_suite_L_alone_is_incomplete_exits_0_and_stores_the_run_and_its_item
             "reason": "not_selected",
             "detail": "",
         }
-        for code, weight in zip(DESIGNED, [15, 15, 20, 20, 20, 10, 5], strict=True)
+        for code, weight in zip(DESIGNED, [15, 15, 20, 20, 20, 10, 5, 0], strict=True)
     }
     assert run.missing_suites["D"]["name"] == "Procedural memory"
     assert re.fullmatch(r"battery-[0-9a-f]{12}-1", run.agent_name)
@@ -143,8 +143,8 @@ def test_run_suite_L_alone_is_incomplete_exits_0_and_stores_the_run_and_its_item
     )
     assert "FAIL" not in output
     assert (
-        "total 0.00 over every designed suite, 7 of which did not run and count 0 "
-        "(A, B, C, D, E, F, G)\n"
+        "total 0.00 over every designed suite, 8 of which did not run and count 0 "
+        "(A, B, C, D, E, F, G, H)\n"
         "score of the suites that ran (L): 100.00 (not the battery's total)\n"
         f"total 0.00   status incomplete   seed 11   target in-process   agent {run.agent_name}"
         in output
@@ -201,7 +201,7 @@ def test_report_json_and_html_hold_the_run(db, tmp_path):
         assert f"<code>L.{key}</code>" in html
         assert title.replace("'", "&#x27;") in html
     assert "<svg" in html and "<style>" in html
-    assert "The total counts every designed suite: 7 did not run (A not selected, " in html
+    assert "The total counts every designed suite: 8 did not run (A not selected, " in html
     assert "Score of the suites that ran: 100.00 (not the battery's total)." in html
     assert '<span class="badge notrun">did not run</span>' in html
     # Self-contained: nothing is fetched from anywhere.

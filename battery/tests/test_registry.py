@@ -32,7 +32,17 @@ def test_design_suites_must_carry_their_design_weight():
     with pytest.raises(ValueError, match=r"suite C: DESIGN.md §9 gives it weight 20, not 15"):
         _suite(code="C", weight=15)
     assert _suite(code="C", weight=20).weight == 20
-    assert DESIGN_WEIGHTS == {"A": 15, "B": 15, "C": 20, "D": 20, "E": 20, "F": 10, "G": 5, "L": 0}
+    assert DESIGN_WEIGHTS == {
+        "A": 15,
+        "B": 15,
+        "C": 20,
+        "D": 20,
+        "E": 20,
+        "F": 10,
+        "G": 5,
+        "H": 0,
+        "L": 0,
+    }
     # DESIGN §9's six weights, A to F, sum to 100; G (metamemory) came beside them.
     assert sum(DESIGN_WEIGHTS[code] for code in "ABCDEF") == 100
 

@@ -32,7 +32,7 @@ from battery.suites.semantic.draw import value_key
 from battery.suites.semantic.judge import Tally, judge_paths, judge_values, miss, summarize
 from battery.suites.working_state import draw as working_state_draw
 from battery.taxonomy import FailureCode as F
-from battery.tests.helpers import Faulty, run_suite_small
+from battery.tests.helpers import Faulty, live_use, run_suite_small
 from battery.transport import InProcessTransport
 from piper.celery import app as celery_app
 
@@ -683,11 +683,13 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
     # Suite D's skills run in the sandbox, suite B's episodes are embedded: here in
     # this process, as each request commits.
     monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
+    # Suite H judges real agents, not the battery's: one worked and handed over.
+    live_use()
     battery("run", "--report", str(tmp_path), "--seed", "8")
     run = BatteryRun.objects.get()
     assert (run.status, run.suites, run.score, run.score_of_run, run.missing_suites) == (
         "passed",
-        ["A", "B", "C", "D", "E", "F", "G", "L"],
+        ["A", "B", "C", "D", "E", "F", "G", "H", "L"],
         100.0,
         100.0,
         {},
@@ -700,6 +702,7 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
         "E": 14,
         "F": 12,
         "G": 7,
+        "H": 2,
         "L": 5,
     }
 

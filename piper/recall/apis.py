@@ -14,16 +14,20 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from piper.api.idempotency import idempotent_write
-from piper.api.inputs import IDEMPOTENCY_KEY, body_data
+from piper.api.inputs import IDEMPOTENCY_KEY, body_data, query_data
 from piper.api.rendering import JSONRenderer, PlainTextRenderer
 from piper.tenancy.models import Scope
 
-from . import selectors, services
+from . import live, selectors, services
 from .serializers import (
+    CarryOverOutputSerializer,
+    CarryOverQuerySerializer,
     ContextInputSerializer,
     ContextOutputSerializer,
     FeedbackInputSerializer,
     FeedbackOutputSerializer,
+    LookDecisionInputSerializer,
+    LookDecisionOutputSerializer,
     RecallInputSerializer,
     RecallOutputSerializer,
     TraceOutputSerializer,
@@ -103,6 +107,7 @@ class RecallFeedbackApi(APIView):
                 outcome=data["outcome"],
                 failure_code=data.get("failure_code"),
                 note=data["note"],
+                stale=data["stale"],
             )
             return Response(FeedbackOutputSerializer(feedback).data, status=status.HTTP_201_CREATED)
 
@@ -156,3 +161,60 @@ class ContextApi(APIView):
             return Response(ContextOutputSerializer(block).data, status=status.HTTP_201_CREATED)
 
         return idempotent_write(request, write)
+
+
+class LookDecisionApi(APIView):
+    required_scope = Scope.READ  # telemetry about a read, like a trace
+
+    @extend_schema(
+        request=LookDecisionInputSerializer,
+        responses={201: LookDecisionOutputSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        operation_id="v1_recall_decisions",
+        summary="Say whether you looked in memory before acting, and whether you needed to",
+        description="The agent's 'do I need to look?' decision for one task: looked (true "
+        "or false), needed (afterwards, when known: memory was needed), and the trace of "
+        "the read it made when it looked (a recall's id, or the Piper-Trace-Id header of a "
+        "search, fact lookup or skill match). Suite H counts looks missed (needed, not "
+        "looked). 400 for an empty task, a trace with looked false, or an unknown field; "
+        "404 for a trace that is not this agent's.",
+    )
+    def post(self, request):
+        def write():
+            data = body_data(LookDecisionInputSerializer, request)
+            decision = services.look_decision_record(
+                agent=request.user,
+                task=data["task"],
+                looked=data["looked"],
+                needed=data["needed"],
+                trace_id=data["trace"],
+                session_id=data["session_id"],
+                note=data["note"],
+            )
+            return Response(
+                LookDecisionOutputSerializer(decision).data, status=status.HTTP_201_CREATED
+            )
+
+        return idempotent_write(request, write)
+
+
+class CarryOverApi(APIView):
+    required_scope = Scope.ADMIN  # an operator's figure about the agent, like the battery's
+
+    @extend_schema(
+        parameters=[CarryOverQuerySerializer],
+        responses=CarryOverOutputSerializer,
+        operation_id="v1_carry_over",
+        summary="Live carry-over: this agent's suite H figures over a window",
+        description="Computed from what the service recorded while this agent worked "
+        "(window_days, default 7): open items across successions (surfaced by the "
+        "successor's resume; executed after it), skill runs (success, reuse across "
+        "sessions, matches followed by a run), reads retrieved without use (by the "
+        "agent's feedback), answers marked stale, and 'do I need to look?' decisions. A "
+        "rate with nothing to count is null.",
+    )
+    def get(self, request):
+        params = query_data(CarryOverQuerySerializer, request)
+        window = live.Window.ending(days=params.get("window_days"))
+        report = live.live_report(window=window, agents=[request.user])
+        return Response(CarryOverOutputSerializer(report).data)

@@ -35,10 +35,22 @@ class Route(models.TextChoices):
     MULTI_HOP = "multi_hop", "How things are related (fact graph)"
 
 
-# A trace's route: one recall route, or the context assembly (POST /context),
-# which asks several memories at once. Not a Route: nothing classifies to it.
+# A trace's route: one recall route, the context assembly (POST /context),
+# which asks several memories at once, or one of the direct read endpoints
+# (piper.reads: the agent chose the store itself). None of these is a Route:
+# nothing classifies to them.
 CONTEXT_ROUTE = "context"
-TRACE_ROUTES = [*Route.choices, (CONTEXT_ROUTE, "Context assembly (several memories)")]
+READ_ROUTES = [
+    ("episodes_search", "Episode search (GET /episodes/search)"),
+    ("sources_search", "Source search (GET /sources/search)"),
+    ("facts_lookup", "Fact lookup (GET /facts/current, as-of, as-known-at)"),
+    ("skill_match", "Skill match (POST /skills/match)"),
+]
+TRACE_ROUTES = [
+    *Route.choices,
+    (CONTEXT_ROUTE, "Context assembly (several memories)"),
+    *READ_ROUTES,
+]
 
 
 class Outcome(models.TextChoices):
@@ -131,6 +143,10 @@ class RecallFeedback(models.Model):
         default="",
         help_text="Where memory broke (failure or partial outcomes only).",
     )
+    stale = models.BooleanField(
+        default=False,
+        help_text="The answer showed a value as current that was no longer true.",
+    )
     note = models.TextField(blank=True, default="")
     source_event = models.ForeignKey(
         Event,
@@ -165,3 +181,49 @@ class RecallFeedback(models.Model):
 
     def __str__(self) -> str:
         return f"{self.trace_id}: {self.outcome} {self.failure_code}".strip()
+
+
+class LookDecision(models.Model):
+    """The agent's "do I need to look?" decision for one task: whether it
+    looked in memory before acting, and, when it knows, whether it needed to.
+    Telemetry like a trace (not in the ledger): suite H counts the looks that
+    were missed (needed, not looked: R0) and the looks that found nothing to use."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    task = models.TextField(help_text="The task or message the decision was about.")
+    session_id = models.CharField(max_length=200, blank=True, default="")
+    looked = models.BooleanField(help_text="The agent read memory before acting.")
+    needed = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="The agent's verdict afterwards: memory was needed (unknown when empty).",
+    )
+    # Same agent as the trace: a composite foreign key (migration 0004).
+    trace = models.ForeignKey(
+        RetrievalTrace,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The read it made, when it looked.",
+    )
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "look decision"
+        constraints = [
+            models.CheckConstraint(condition=~Q(task=""), name="recall_look_task_not_empty"),
+            models.CheckConstraint(
+                condition=Q(looked=True) | Q(trace__isnull=True),
+                name="recall_look_trace_only_when_looked",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["agent", "-created_at"], name="recall_look_agent_time_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{'looked' if self.looked else 'did not look'}: {self.task[:60]}"

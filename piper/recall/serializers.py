@@ -12,6 +12,7 @@ from facts.serializers import FactOutputSerializer
 from intentions.serializers import IntentionOutputSerializer
 from piper.api.serializers import (
     AwareDateTimeField,
+    StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
@@ -20,9 +21,18 @@ from piper.api.serializers import (
 from skills.serializers import MatchedVersionSerializer
 
 from . import router
-from .models import TRACE_ROUTES, FailureCode, Outcome, RecallFeedback, RetrievalTrace, Route
+from .models import (
+    TRACE_ROUTES,
+    FailureCode,
+    LookDecision,
+    Outcome,
+    RecallFeedback,
+    RetrievalTrace,
+    Route,
+)
 from .services import MAX_LIMIT, MAX_NOTE_CHARS, ContextBlock, Evidence, RecallResult
 from .services import context as context_service
+from .services.telemetry import MAX_TASK_CHARS
 
 KINDS = ("fact", "episode", "chunk", "skill", "intention", "path")
 CURRENTNESS = ("current", "superseded", "contested", "n/a")
@@ -93,6 +103,11 @@ class FeedbackInputSerializer(StrictSerializer):
         help_text="Where memory broke (failure or partial only).",
     )
     note = StrictCharField(max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="")
+    stale = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="The answer showed a value as current that was no longer true.",
+    )
 
 
 # ----------------------------------------------------------------------- output
@@ -275,6 +290,7 @@ class FeedbackOutputSerializer(serializers.Serializer):
     outcome = serializers.ChoiceField(choices=Outcome.choices)
     failure_code = serializers.ChoiceField(choices=FailureCode.choices, allow_null=True)
     note = serializers.CharField()
+    stale = serializers.BooleanField()
     source_event_id = serializers.UUIDField(help_text="The recall.feedback ledger event.")
     created_at = serializers.DateTimeField()
 
@@ -286,6 +302,7 @@ class FeedbackOutputSerializer(serializers.Serializer):
             "outcome": f.outcome,
             "failure_code": f.failure_code or None,
             "note": f.note,
+            "stale": f.stale,
             "source_event_id": str(f.source_event_id),
             "created_at": api_datetime(f.created_at),
         }
@@ -492,4 +509,111 @@ class ContextOutputSerializer(serializers.Serializer):
             "withheld": block.withheld,
             "text": block.text,
             "latency_ms": block.latency_ms,
+        }
+
+
+# ------------------------------------------------------------------- telemetry
+
+
+class LookDecisionInputSerializer(StrictSerializer):
+    task = StrictCharField(max_length=MAX_TASK_CHARS, help_text="What the decision was about.")
+    looked = StrictBooleanField(help_text="The agent read memory before acting.")
+    needed = StrictBooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Afterwards: memory was needed (leave out when unknown).",
+    )
+    trace = serializers.UUIDField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The read it made (a recall's or read's trace id); only when looked.",
+    )
+    session_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+    note = StrictCharField(max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="")
+
+
+class LookDecisionOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    task = serializers.CharField()
+    looked = serializers.BooleanField()
+    needed = serializers.BooleanField(allow_null=True)
+    trace = serializers.UUIDField(allow_null=True)
+    session_id = serializers.CharField()
+    note = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+    def to_representation(self, d: LookDecision) -> dict:
+        return {
+            "id": str(d.pk),
+            "task": d.task,
+            "looked": d.looked,
+            "needed": d.needed,
+            "trace": str(d.trace_id) if d.trace_id else None,
+            "session_id": d.session_id,
+            "note": d.note,
+            "created_at": api_datetime(d.created_at),
+        }
+
+
+class CarryOverQuerySerializer(StrictSerializer):
+    window_days = serializers.IntegerField(
+        required=False, min_value=1, max_value=366, help_text="Default 7 (PIPER_LIVE_WINDOW_DAYS)."
+    )
+
+
+class CarryOverRatesSerializer(serializers.Serializer):
+    open_item_survival_rate = serializers.FloatField(allow_null=True)
+    open_item_execution_rate = serializers.FloatField(allow_null=True)
+    skill_success_rate = serializers.FloatField(allow_null=True)
+    skill_reuse_rate = serializers.FloatField(allow_null=True)
+    skill_follow_rate = serializers.FloatField(allow_null=True)
+    retrieval_without_use_rate = serializers.FloatField(allow_null=True)
+    feedback_coverage = serializers.FloatField(allow_null=True)
+    stale_answer_rate = serializers.FloatField(allow_null=True)
+    look_rate = serializers.FloatField(allow_null=True)
+    missed_look_rate = serializers.FloatField(allow_null=True)
+
+
+class CarryOverOutputSerializer(serializers.Serializer):
+    """One agent's live carry-over over a window (piper.recall.live)."""
+
+    window_start = serializers.DateTimeField()
+    window_end = serializers.DateTimeField()
+    grace_seconds = serializers.IntegerField()
+    successions = serializers.IntegerField(help_text="Handovers in the window.")
+    open_items = serializers.IntegerField(help_text="(succession, open item) pairs judged.")
+    surfaced = serializers.IntegerField(help_text="Of those, shown by the successor's resume.")
+    in_flight = serializers.IntegerField(help_text="Pairs of handovers not yet resumed.")
+    items_judged = serializers.IntegerField(help_text="Open items now executed or lapsed.")
+    executed = serializers.IntegerField()
+    cancelled = serializers.IntegerField()
+    not_yet_due = serializers.IntegerField()
+    skill_runs = serializers.IntegerField()
+    skill_runs_succeeded = serializers.IntegerField()
+    skills_run = serializers.IntegerField()
+    skills_reused = serializers.IntegerField(help_text="Run in at least two sessions.")
+    skill_matches = serializers.IntegerField()
+    skill_matches_followed = serializers.IntegerField()
+    reads = serializers.IntegerField(help_text="Traced reads that returned something.")
+    reads_with_feedback = serializers.IntegerField()
+    reads_unused = serializers.IntegerField(help_text="Feedback used none of what was returned.")
+    feedback = serializers.IntegerField()
+    stale_answers = serializers.IntegerField()
+    decisions = serializers.IntegerField(help_text="'Do I need to look?' decisions.")
+    looked = serializers.IntegerField()
+    needed = serializers.IntegerField()
+    missed_looks = serializers.IntegerField(help_text="Needed, but not looked.")
+    rates = CarryOverRatesSerializer()
+
+    def to_representation(self, report) -> dict:
+        [figures] = report.per_agent
+        data = figures.as_dict()
+        data.pop("agents")
+        return {
+            "window_start": api_datetime(report.window.start),
+            "window_end": api_datetime(report.window.end),
+            "grace_seconds": int(report.window.grace.total_seconds()),
+            **data,
         }

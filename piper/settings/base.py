@@ -310,6 +310,14 @@ PIPER_WORDNET_DIR = os.environ.get("PIPER_WORDNET_DIR", str(BASE_DIR / "var" / "
 # POST /context runs its facts, episodes and skill searches in worker threads, each
 # with a database connection of its own (kept open; they see committed data only).
 PIPER_CONTEXT_PARALLEL = env_bool("PIPER_CONTEXT_PARALLEL", True)
+# Every direct read (episode and source search, fact lookups, skill match)
+# writes a RetrievalTrace, for suite H's retrieval-without-use rate: one
+# insert per read. Off: only recall and context calls are traced.
+PIPER_READ_TRACES = env_bool("PIPER_READ_TRACES", True)
+# Suite H's live-use window, and how long a due item or an unresumed
+# handover is given before it counts as not executed / not surfaced.
+PIPER_LIVE_WINDOW_DAYS = env_int("PIPER_LIVE_WINDOW_DAYS", 7)
+PIPER_LIVE_GRACE_SECONDS = env_int("PIPER_LIVE_GRACE_SECONDS", 3600)
 
 LOGGING = {
     "version": 1,

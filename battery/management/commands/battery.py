@@ -21,8 +21,9 @@ run is 'incomplete', never 'passed'; the score of the suites that ran is shown
 beside it. Exit status: 0 when every suite asked for ran and every gate held
 (a run restricted with --suite is 'incomplete' and exits 0 when its own
 suites pass); 1 when a gate failed or the run broke; 2 when no gate failed but
-a suite asked for did not run (it crashed, or, without --suite, a designed
-suite is not registered)."""
+a suite asked for did not run (it crashed, it had nothing to measure — suite
+H with no live use in its window — or, without --suite, a designed suite is
+not registered)."""
 
 
 class Command(BaseCommand):

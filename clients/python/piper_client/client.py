@@ -94,11 +94,39 @@ class _Base:
         used: list[str] | None = None,
         failure_code: str | None = None,
         note: str | None = None,
+        stale: bool | None = None,
     ) -> m.Feedback:
         """How a recall answer worked out: outcome "success", "failure" or "partial", the
-        evidence ids used, and for a failure its code (R0-R3, A0, U0)."""
-        feedback = body(outcome=outcome, used=used, failure_code=failure_code, note=note)
+        evidence ids used, for a failure its code (R0-R3, A0, U0), and stale=True when it
+        showed a value as current that was no longer true. Any read's trace takes it too:
+        a search's, lookup's or match's id is its raw_response.headers["Piper-Trace-Id"]."""
+        feedback = body(
+            outcome=outcome, used=used, failure_code=failure_code, note=note, stale=stale
+        )
         return post(f"/recall/{trace_id}/feedback", m.Feedback, feedback)
+
+    @operation
+    def look_decision(
+        self,
+        task: str,
+        *,
+        looked: bool,
+        needed: bool | None = None,
+        trace: str | None = None,
+        session_id: str | None = None,
+        note: str | None = None,
+    ) -> m.LookDecision:
+        """Say whether you looked in memory before acting on `task` (with the read's trace
+        id when you did), and afterwards, when you know, whether you needed to."""
+        decision = body(
+            task=task, looked=looked, needed=needed, trace=trace, session_id=session_id, note=note
+        )
+        return post("/recall/decisions", m.LookDecision, decision)
+
+    @operation
+    def carry_over(self, *, window_days: int | None = None) -> m.CarryOver:
+        """This agent's live carry-over (suite H) over the last window_days (admin scope)."""
+        return get("/carry-over", m.CarryOver, window_days=window_days)
 
     @operation
     def recall_trace(self, trace_id: str) -> m.RecallTrace:

@@ -278,6 +278,24 @@ def test_recall_feedback_and_its_trace(memory):
     assert trace.query.startswith("What happened") and trace.feedback.id == feedback.id
 
 
+def test_a_search_is_traced_and_looks_are_recorded(memory, admin):
+    memory.facts.assert_("db-2", "disk_status", "full")
+    lookup = memory.facts.current("db-2", "disk_status")
+    trace_id = lookup.raw_response.headers["Piper-Trace-Id"]
+    fact_id = lookup.facts[0].id
+    feedback = memory.recall_feedback(trace_id, used=[], outcome="failure", stale=True)
+    assert (feedback.trace, feedback.stale) == (trace_id, True)
+    look = memory.look_decision("free disk on db-2", looked=True, needed=True, trace=trace_id)
+    assert (look.looked, look.needed, look.trace) == (True, True, trace_id)
+    skipped = memory.look_decision("say hello", looked=False)
+    assert (skipped.looked, skipped.needed, skipped.trace) == (False, None, None)
+    assert memory.recall_trace(trace_id).returned[0]["id"] == fact_id
+    figures = admin.carry_over(window_days=1)
+    assert (figures.reads, figures.reads_unused, figures.stale_answers) == (1, 1, 1)
+    assert (figures.decisions, figures.looked, figures.needed, figures.missed_looks) == (2, 1, 1, 0)
+    assert figures.rates.stale_answer_rate == 1.0 and figures.rates.skill_success_rate is None
+
+
 def test_context_is_packed_for_the_next_call(memory):
     thread = memory.working_state.thread("ctx")
     memory.working_state.checkpoint(thread.id, {"next_action": "Rerun it"}, based_on=0)

@@ -18,6 +18,7 @@ from .dispatch import group_by_session, recall
 from .feedback import MAX_NOTE_CHARS, recall_feedback
 from .inputs import MAX_LIMIT, RecallFilters
 from .results import Answer, Evidence, RecallResult
+from .telemetry import look_decision_record, read_trace_record
 
 __all__ = [
     "MAX_LIMIT",
@@ -30,6 +31,8 @@ __all__ = [
     "RecallResult",
     "context_assemble",
     "group_by_session",
+    "look_decision_record",
+    "read_trace_record",
     "recall",
     "recall_feedback",
     "render_text",

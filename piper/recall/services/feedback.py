@@ -26,6 +26,7 @@ def recall_feedback(
     outcome: str,
     failure_code: str | None = None,
     note: str = "",
+    stale: bool = False,
 ) -> RecallFeedback:
     """Record which of a trace's evidence the agent used and how it went, with
     a `recall.feedback` ledger event in the same transaction.
@@ -33,7 +34,8 @@ def recall_feedback(
     Another agent's trace is NotFound (nothing written). InvalidInput for an
     unknown outcome or failure code, a failure code on a success, or `used`
     ids the trace did not return. Conflict (feedback_exists) when the trace
-    already has feedback: one word per recall. A success or partial marks the
+    already has feedback: one word per recall. `stale`: the answer showed a
+    value as current that was no longer true (suite H's stale-answer rate). A success or partial marks the
     episodes it used as used, so their salience decay restarts (episodes.salience).
     """
     if outcome not in Outcome.values:
@@ -86,6 +88,7 @@ def recall_feedback(
                         "outcome": outcome,
                         "failure_code": code,
                         "note": note,
+                        "stale": stale,
                     },
                 )
             ],
@@ -105,5 +108,6 @@ def recall_feedback(
             outcome=outcome,
             failure_code=code,
             note=note,
+            stale=stale,
             source_event=event,
         )

@@ -377,6 +377,7 @@ def test_feedback(client_a, client_b):
         "outcome": "failure",
         "failure_code": "U0",
         "note": "",
+        "stale": False,
         "source_event_id": str(feedback.source_event_id),
         "created_at": sent["created_at"],
     }
@@ -486,7 +487,7 @@ def test_bad_input_is_a_clear_400_and_writes_nothing(client_a, body, message):
         (
             {"outcome": "success", "extra": 1},
             400,
-            "extra: unknown field; allowed: failure_code, note, outcome, used",
+            "extra: unknown field; allowed: failure_code, note, outcome, stale, used",
         ),
     ],
 )

@@ -485,6 +485,7 @@ class TestFeedback:
                 "outcome": "partial",
                 "failure_code": "A0",
                 "note": "saw it too late",
+                "stale": False,
             },
         )
 

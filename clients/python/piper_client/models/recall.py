@@ -100,8 +100,67 @@ class Feedback(ApiModel):
     outcome: str
     failure_code: str | None
     note: str
+    stale: bool = False
     source_event_id: str
     created_at: datetime
+
+
+class LookDecision(ApiModel):
+    """Whether the agent looked in memory before acting on a task, and whether it needed to."""
+
+    id: str
+    task: str
+    looked: bool
+    needed: bool | None
+    trace: str | None
+    session_id: str
+    note: str
+    created_at: datetime
+
+
+class CarryOverRates(ApiModel):
+    open_item_survival_rate: float | None
+    open_item_execution_rate: float | None
+    skill_success_rate: float | None
+    skill_reuse_rate: float | None
+    skill_follow_rate: float | None
+    retrieval_without_use_rate: float | None
+    feedback_coverage: float | None
+    stale_answer_rate: float | None
+    look_rate: float | None
+    missed_look_rate: float | None
+
+
+class CarryOver(ApiModel):
+    """The agent's live carry-over (suite H) over a window; a rate with nothing to count is None."""
+
+    window_start: datetime
+    window_end: datetime
+    grace_seconds: int
+    successions: int
+    open_items: int
+    surfaced: int
+    in_flight: int
+    items_judged: int
+    executed: int
+    cancelled: int
+    not_yet_due: int
+    skill_runs: int
+    skill_runs_succeeded: int
+    skills_run: int
+    skills_reused: int
+    skill_matches: int
+    skill_matches_followed: int
+    reads: int
+    reads_with_feedback: int
+    reads_unused: int
+    feedback: int
+    stale_answers: int
+    decisions: int
+    looked: int
+    needed: int
+    missed_looks: int
+    rates: CarryOverRates
 
 
 class RecallTrace(ApiModel):
