@@ -3,7 +3,9 @@
 Called by the forgetting app, inside its transaction, with the events being
 erased. A document goes whole: its registration and its chunking are one
 piece of evidence, and a source left without chunks would be chunked again
-by the embedding backlog. Episodes that summarise an erased event go with it.
+by the embedding backlog. Episodes that summarise an erased event go with it,
+and so does every version of an episode: erasing one version (the recorded one
+or a correction) erases the versions before and after it, and its retraction.
 Vectors and full-text vectors live in the rows and go with them; the actor
 graphs' copies go by their foreign key.
 """
@@ -14,6 +16,7 @@ import uuid
 from collections.abc import Iterable
 
 from django.db import connection
+from django.db.models import Q
 from django.db.models.expressions import RawSQL
 
 from ledger.erasure import ErasureScope, finding
@@ -23,7 +26,7 @@ from piper.tenancy.models import Agent
 
 from .actor_graphs import actor_graph_drop
 from .models import ActorGraph, ActorVector, Episode, SourceChunk
-from .services import EPISODE_RECORDED, SOURCE_CHUNKED
+from .services import EPISODE_CORRECTED, EPISODE_ROW_EVENTS, SOURCE_CHUNKED
 
 EPISODES = "episodes"
 SOURCES = "sources"
@@ -66,8 +69,10 @@ def events_of_sources(*, agent: Agent, source_ids: Iterable[uuid.UUID]) -> set[u
 
 def expand(*, agent: Agent, event_ids: set[uuid.UUID], staged: RawSQL) -> set[uuid.UUID]:
     """The events that must go with `event_ids` (also `staged`, a subquery of
-    them): whole documents, and the episodes that summarise an erased event
-    (their parent)."""
+    them): whole documents, the episodes that summarise an erased event (their
+    parent), and the version an erased correction replaced (the later versions
+    and a retraction name the erased event as the one they correct: the
+    forgetting app takes them along)."""
     source_ids = set(
         Source.objects.filter(agent=agent, source_event_id__in=staged).values_list("pk", flat=True)
     )
@@ -81,9 +86,21 @@ def expand(*, agent: Agent, event_ids: set[uuid.UUID], staged: RawSQL) -> set[uu
         source_ids.add(uuid.UUID(payload["source_id"]))
     more = events_of_sources(agent=agent, source_ids=source_ids)
     more |= set(
-        Event.objects.filter(agent=agent, event_type=EPISODE_RECORDED, parent_event_id__in=staged)
+        Event.objects.filter(
+            agent=agent, event_type__in=EPISODE_ROW_EVENTS, parent_event_id__in=staged
+        )
         .order_by()
         .values_list("id", flat=True)
+    )
+    more |= set(
+        Event.objects.filter(
+            agent=agent,
+            pk__in=staged,
+            event_type=EPISODE_CORRECTED,
+            correction_of_id__isnull=False,
+        )
+        .order_by()
+        .values_list("correction_of_id", flat=True)
     )
     return more - event_ids
 
@@ -189,6 +206,13 @@ def residue(scope: ErasureScope) -> list[dict]:
             EPISODES,
             "links_to_erased_document",
             Episode.objects.filter(agent=agent, source_id__any=erased_sources),
+        ),
+        finding(
+            EPISODES,
+            "version_of_erased_episode",
+            Episode.objects.filter(agent=agent).filter(
+                Q(supersedes__any=erased_episodes) | Q(superseded_by__any=erased_episodes)
+            ),
         ),
         finding(
             EPISODES,

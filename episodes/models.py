@@ -49,6 +49,12 @@ EPISODE_TSVECTOR_SQL = (
 CHUNK_TSVECTOR_SQL = "to_tsvector('english'::regconfig, coalesce(text, ''))"
 
 
+class EpisodeStatus(models.TextChoices):
+    ACTIVE = "active", "active"
+    RETRACTED = "retracted", "retracted"  # withdrawn: it did not happen as recorded
+    CORRECTED = "corrected", "corrected"  # replaced by a corrected version (superseded_by)
+
+
 class Outcome(models.TextChoices):
     SUCCESS = "success", "success"
     FAILURE = "failure", "failure"
@@ -139,6 +145,36 @@ class Episode(models.Model):
         help_text="A near-duplicate of this episode (an episode.collapsed event): kept as "
         "evidence, never deleted, and searches answer with the canonical one instead.",
     )
+    status = models.CharField(
+        max_length=20,
+        choices=EpisodeStatus.choices,
+        default=EpisodeStatus.ACTIVE,
+        db_default=EpisodeStatus.ACTIVE,
+        help_text="active, or withdrawn: retracted (an episode.retracted event), or corrected "
+        "(an episode.corrected event recorded the version that replaces it). A withdrawn "
+        "version stays readable by id; search, recall and context leave it out.",
+    )
+    status_reason = models.TextField(
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Why it was retracted or corrected, as the caller said.",
+    )
+    status_changed_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When it was retracted or corrected (the event's record time).",
+    )
+    supersedes = models.UUIDField(
+        null=True,
+        blank=True,
+        help_text="The version this one corrects (it was recorded by an episode.corrected event).",
+    )
+    superseded_by = models.UUIDField(
+        null=True,
+        blank=True,
+        help_text="The version that corrects this one (status corrected).",
+    )
     search_vector = models.GeneratedField(
         expression=RawSQL(EPISODE_TSVECTOR_SQL, ()),
         output_field=SearchVectorField(),
@@ -165,6 +201,38 @@ class Episode(models.Model):
             models.CheckConstraint(
                 condition=~models.Q(canonical_id=models.F("id")),
                 name="episodes_episode_not_its_own_duplicate",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(status__in=EpisodeStatus.values), name="episodes_episode_status"
+            ),
+            # Corrected exactly when a later version says so.
+            models.CheckConstraint(
+                condition=models.Q(status=EpisodeStatus.CORRECTED, superseded_by__isnull=False)
+                | (
+                    ~models.Q(status=EpisodeStatus.CORRECTED) & models.Q(superseded_by__isnull=True)
+                ),
+                name="episodes_episode_corrected_has_successor",
+            ),
+            # A withdrawn version has no vector: the vector searches never see it.
+            models.CheckConstraint(
+                condition=models.Q(status=EpisodeStatus.ACTIVE) | models.Q(embedding__isnull=True),
+                name="episodes_episode_withdrawn_unembedded",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(supersedes=models.F("id"))
+                & ~models.Q(superseded_by=models.F("id")),
+                name="episodes_episode_not_its_own_version",
+            ),
+            # A version is corrected at most once: the versions form a chain.
+            models.UniqueConstraint(
+                fields=["supersedes"],
+                condition=models.Q(supersedes__isnull=False),
+                name="episodes_episode_corrected_once",
+            ),
+            models.UniqueConstraint(
+                fields=["superseded_by"],
+                condition=models.Q(superseded_by__isnull=False),
+                name="episodes_episode_one_predecessor",
             ),
         ]
         indexes = [
@@ -223,6 +291,12 @@ class Episode(models.Model):
                 fields=["canonical_id"],
                 name="episodes_duplicates_idx",
                 condition=models.Q(canonical_id__isnull=False),
+            ),
+            # The few withdrawn versions (admin filter, audits).
+            models.Index(
+                fields=["agent", "occurred_at"],
+                name="episodes_withdrawn_idx",
+                condition=~models.Q(status=EpisodeStatus.ACTIVE),
             ),
             # The few flagged rows (admin filter, reviews); empty for almost every row.
             models.Index(

@@ -87,6 +87,7 @@ from .models import (
     AbstentionCalibration,
     ActorGraph,
     Episode,
+    EpisodeStatus,
     Outcome,
     SourceChunk,
 )
@@ -521,10 +522,19 @@ class _Spec:
     key_columns: list[str] = field(default_factory=list)
     # The actor's own graph (an ActorGraph's table), when the search may use it.
     actor_graph: str | None = None
+    # The rows a search may answer with (alias e): not a retracted or corrected
+    # episode. Left out of `where`, which the vector scans read from covering
+    # indexes without the heap: a withdrawn version has no vector (a constraint),
+    # so they never see one; the lists that read the heap anyway check this.
+    live: str = "true"
 
     @property
     def where_sql(self) -> str:
         return " AND ".join(self.where)
+
+    @property
+    def live_where_sql(self) -> str:
+        return f"{self.where_sql} AND {self.live}"
 
 
 # The search columns are never loaded into hits (a vector is 1.5 kB a row).
@@ -621,6 +631,7 @@ def _episode_spec(agent: Agent, filters: SearchFilters) -> _Spec:
                 "authority",
             ],
         ),
+        live=f"e.status = '{EpisodeStatus.ACTIVE}'",
     )
 
 
@@ -700,7 +711,7 @@ def _text_ctes(
         f"""
 pool AS MATERIALIZED (
     SELECT e.id, e.search_vector FROM {spec.table} e
-     WHERE {spec.where_sql} AND e.search_vector @@ %(pool)s::tsquery
+     WHERE {spec.live_where_sql} AND e.search_vector @@ %(pool)s::tsquery
      LIMIT %(pool_max)s
 ),
 freq AS MATERIALIZED (SELECT count(*) AS pooled, {", ".join(counts)} FROM pool p),
@@ -788,7 +799,7 @@ def _entity_cte(spec: _Spec, entities: Sequence[str], k: int) -> str:
 entity_hits AS MATERIALIZED (
     SELECT e.id, {_SHARED_SQL} AS shared
       FROM {spec.table} e
-     WHERE {spec.where_sql} AND e.entities::text[] && %(entities)s::text[]
+     WHERE {spec.live_where_sql} AND e.entities::text[] && %(entities)s::text[]
      ORDER BY shared DESC, e.occurred_at DESC, e.id
      LIMIT %(k_ent)s
 )"""
@@ -841,7 +852,8 @@ def _statement(
     found = f"""SELECT {", ".join(columns + named)}
   FROM candidates c
   JOIN {spec.table} e ON e.id = c.id
-  {" ".join(joins)}"""
+  {" ".join(joins)}
+ WHERE {spec.live}"""
     head = f"""WITH {",".join(ctes)},
 candidates AS ({" UNION ".join(sources)})"""
     if not context:
@@ -851,7 +863,7 @@ candidates AS ({" UNION ".join(sources)})"""
     distance = "e.embedding <=> %(qv)s::vector" if vector is not None else "NULL::float8"
     neighbours = neighbours_sql(
         table=spec.table,
-        where_sql=spec.where_sql,
+        where_sql=spec.live_where_sql,
         candidates="in_session",
         distance_sql=distance,
         columns=spec.key_columns,
@@ -877,7 +889,7 @@ def _rows_by_id_sql(spec: _Spec, lexemes: list[_Lexeme], entities: Sequence[str]
         f"SELECT {', '.join(columns)}, {rank}, NULL::float8,"
         f" {_SHARED_SQL if entities else 'NULL::int'}, {coverage}, e.embedding IS NOT NULL,"
         f" NULL::bigint, NULL::float8[]"
-        f"  FROM {spec.table} e WHERE e.id = ANY(%(ids)s::uuid[])"
+        f"  FROM {spec.table} e WHERE e.id = ANY(%(ids)s::uuid[]) AND {spec.live}"
     )
 
 
@@ -1263,7 +1275,7 @@ def _with_session_context(
         with connection.cursor() as cursor:
             neighbours, rows = session_neighbours(
                 table=spec.table,
-                where_sql=spec.where_sql,
+                where_sql=spec.live_where_sql,
                 params=spec.params,
                 ids=list(by_id),
                 query_vector=spec.params.get("qv") if vector is not None else None,
@@ -1312,7 +1324,7 @@ def _full_rows(spec: _Spec, cands: list[_Candidate]) -> list[tuple[_Candidate, A
     columns = ", ".join(f"e.{c}" for c in spec.columns)
     with server_bound_cursor(binary=True) as cursor:
         cursor.execute(
-            f"SELECT {columns} FROM {spec.table} e WHERE e.id = ANY(%s::uuid[])",
+            f"SELECT {columns} FROM {spec.table} e WHERE e.id = ANY(%s::uuid[]) AND {spec.live}",
             [[c.obj.pk for c in cands]],
         )
         rows = cursor.fetchall()
@@ -1322,7 +1334,8 @@ def _full_rows(spec: _Spec, cands: list[_Candidate]) -> list[tuple[_Candidate, A
     out = []
     for c in cands:
         if c.obj.pk not in by_id:
-            continue  # deleted since the search read it (a purge): not an answer any more
+            # deleted (a purge) or withdrawn since the search read it: not an answer any more
+            continue
         obj = spec.model.from_db(connection.alias, attnames, by_id[c.obj.pk])
         obj.embedded = c.embedded  # as the selectors annotate it (the vector is not loaded)
         out.append((c, obj))
@@ -1362,12 +1375,13 @@ def _canonical_hits(spec: _Spec, cands: list[_Candidate], limit: int) -> list[Hi
 
 
 def _episodes_by_id(spec: _Spec, ids: set) -> dict:
-    """Episodes by id, every column but the search columns (canonical episodes of hits)."""
+    """Episodes by id, every column but the search columns (canonical episodes of hits).
+    A withdrawn canonical episode is not among them: its duplicates answer for themselves."""
     columns = ", ".join(f"e.{c}" for c in spec.columns)
     with server_bound_cursor(binary=True) as cursor:
         cursor.execute(
             f"SELECT {columns}, e.embedding IS NOT NULL FROM {spec.table} e "
-            "WHERE e.id = ANY(%s::uuid[])",
+            f"WHERE e.id = ANY(%s::uuid[]) AND {spec.live}",
             [list(ids)],
         )
         rows = cursor.fetchall()

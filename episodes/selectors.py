@@ -16,7 +16,7 @@ from ledger.models import Event, Source
 from piper.errors import InvalidInput, NotFound
 from piper.tenancy.models import Agent
 
-from .models import Episode, Outcome, SourceChunk
+from .models import Episode, EpisodeStatus, Outcome, SourceChunk
 
 
 def _with_embedded(queryset: QuerySet, *, include_embedding: bool) -> QuerySet:
@@ -50,18 +50,27 @@ def episode_list(
     outcome: str | None = None,
     occurred_after: datetime | None = None,
     occurred_before: datetime | None = None,
+    status: str | None = EpisodeStatus.ACTIVE,
     include_embedding: bool = False,
 ) -> QuerySet[Episode]:
     """This agent's episodes, newest first (occurred_at, then id); exact-match filters,
-    `occurred_after` inclusive and `occurred_before` exclusive. Each row carries
-    `embedded`; the vector is deferred unless `include_embedding`."""
+    `occurred_after` inclusive and `occurred_before` exclusive. Only the active ones
+    unless `status` says otherwise (a status, or None for every version). Each row
+    carries `embedded`; the vector is deferred unless `include_embedding`."""
     time_window_check(occurred_after, occurred_before)
     if outcome is not None and outcome not in Outcome.values:
         raise InvalidInput(
             f"outcome: must be one of {Outcome.values}",
             details={"outcome": [f"must be one of {Outcome.values}"]},
         )
+    if status is not None and status not in EpisodeStatus.values:
+        raise InvalidInput(
+            f"status: must be one of {EpisodeStatus.values}",
+            details={"status": [f"must be one of {EpisodeStatus.values}"]},
+        )
     qs = Episode.objects.filter(agent=agent)
+    if status is not None:
+        qs = qs.filter(status=status)
     for name, value in (
         ("actor", actor),
         ("environment", environment),
@@ -80,7 +89,8 @@ def episode_list(
 
 
 def episode_get(*, agent: Agent, episode_id: uuid.UUID, include_embedding: bool = False) -> Episode:
-    """One episode of this agent; another agent's raises NotFound like a missing one."""
+    """One episode of this agent, whatever its status (a retracted or corrected version
+    says so); another agent's raises NotFound like a missing one."""
     episode = (
         _with_embedded(Episode.objects.filter(agent=agent), include_embedding=include_embedding)
         .filter(pk=episode_id)
@@ -137,6 +147,8 @@ def embedding_backlog(
     if stale_model:
         wanted |= ~Q(embedding_model=stale_model)
     qs = model.objects.filter(wanted)
+    if model is Episode:
+        qs = qs.filter(status=EpisodeStatus.ACTIVE)  # a withdrawn version has no vector
     if agent_id is not None:
         qs = qs.filter(agent_id=agent_id)
     if created_before is not None:

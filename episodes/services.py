@@ -2,7 +2,10 @@
 
 `episodes_record` appends one `episode.recorded` event per episode (its
 payload is the whole episode, so the ledger alone can rebuild the table) and
-inserts the rows in the same transaction. `source_ingest` registers a document
+inserts the rows in the same transaction. `episode_retract` withdraws one
+(`episode.retracted`); `episode_correct` records a corrected version as a new
+row built from its `episode.corrected` event (whose payload is the whole new
+version), and the old version points at it (`superseded_by`). `source_ingest` registers a document
 (`ledger.services.source_register`) and splits it into `SourceChunk`s, whose
 spans a `source.chunked` event records. `rebuild_projection` replays both.
 
@@ -26,9 +29,15 @@ from typing import Any
 from django.db import connection, transaction
 
 from ledger.models import ChainHead, Event, Source
-from ledger.services import EventDraft, event_append, events_append, source_register
+from ledger.services import (
+    EventDraft,
+    chain_lock,
+    event_append,
+    events_append,
+    source_register,
+)
 from piper import safety
-from piper.errors import Conflict, InvalidInput, Unprocessable
+from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
 from piper.ids import uuid7
 from piper.provenance import (
     DEFAULT_AUTHORITY_FOR_SOURCE,
@@ -40,12 +49,30 @@ from piper.provenance import (
 from piper.tenancy.models import Agent
 
 from . import chunking
-from .models import EMBEDDING_DIM, Episode, Outcome, SourceChunk
+from .models import EMBEDDING_DIM, Episode, EpisodeStatus, Outcome, SourceChunk
 
 logger = logging.getLogger(__name__)
 
 EPISODE_RECORDED = "episode.recorded"
 EPISODES_COLLAPSED = "episode.collapsed"
+EPISODE_RETRACTED = "episode.retracted"
+EPISODE_CORRECTED = "episode.corrected"
+# The events whose payload is a whole episode, each the raw event of one row.
+EPISODE_ROW_EVENTS = (EPISODE_RECORDED, EPISODE_CORRECTED)
+# What a correction may change; the rest (session, links, provenance) stays the version's.
+CORRECTABLE_FIELDS = (
+    "occurred_at",
+    "summary",
+    "action",
+    "observation",
+    "outcome",
+    "score",
+    "actor",
+    "environment",
+    "goal_id",
+    "task_id",
+    "entities",
+)
 # The recall app's feedback event (it sits above episodes and calls episodes_mark_used);
 # a rebuild replays the use marks from these events, so an erased one takes its marks along.
 RECALL_FEEDBACK = "recall.feedback"
@@ -288,6 +315,7 @@ def episode_from_event(event: Event) -> Episode:
         source_id=uuid.UUID(p["source_id"]) if p.get("source_id") else None,
         raw_event=event,
         instruction_like=instruction_like(p),
+        supersedes=uuid.UUID(p["corrects"]) if p.get("corrects") else None,
         # The event's record time, not the insert's clock, so a replay rebuilds the same row.
         created_at=event.recorded_at,
     )
@@ -301,7 +329,7 @@ _EPISODE_COLUMNS = (
     "id, agent_id, occurred_at, session_id, actor, environment, goal_id, task_id, action, "
     "observation, outcome, score, summary, salience, confidence, entities, related_ids, "
     "source_type, authority, source_id, raw_event_id, embedding_model, created_at, "
-    "instruction_like"
+    "instruction_like, supersedes"
 )
 _EPISODE_FROM_EVENT_SQL = f"""
     INSERT INTO {Episode._meta.db_table} ({_EPISODE_COLUMNS})
@@ -314,9 +342,11 @@ _EPISODE_FROM_EVENT_SQL = f"""
            ARRAY(SELECT jsonb_array_elements_text(coalesce(e.payload->'entities', '[]')))::varchar(300)[],
            ARRAY(SELECT jsonb_array_elements_text(coalesce(e.payload->'related_ids', '[]')))::uuid[],
            e.source_type, e.authority, (e.payload->>'source_id')::uuid, e.id, '', e.recorded_at,
-           coalesce((e.payload->'safety'->>'instruction_like')::boolean, false)
+           coalesce((e.payload->'safety'->>'instruction_like')::boolean, false),
+           (e.payload->>'corrects')::uuid
     FROM {Event._meta.db_table} AS e
-    WHERE e.event_type = '{EPISODE_RECORDED}' AND e.redacted_at IS NULL AND {{where}}
+    WHERE e.event_type IN ('{EPISODE_RECORDED}', '{EPISODE_CORRECTED}')
+      AND e.redacted_at IS NULL AND {{where}}
 """
 
 
@@ -536,6 +566,226 @@ def _apply_collapse(agent_id: uuid.UUID, payload: dict) -> int:
         return cursor.rowcount
 
 
+# ------------------------------------------------------- retraction and correction
+
+# The versions a correction replaced: corrected, pointing at the version that replaces
+# them (the row its episode.corrected event recorded), without a vector.
+_CORRECTED_SQL = f"""
+UPDATE {Episode._meta.db_table} AS o
+   SET status = '{EpisodeStatus.CORRECTED}', superseded_by = n.id,
+       status_reason = coalesce(ev.payload->>'reason', ''), status_changed_at = ev.recorded_at,
+       embedding = NULL, embedding_model = '', embedded_at = NULL
+  FROM {Episode._meta.db_table} AS n
+  JOIN {Event._meta.db_table} AS ev ON ev.id = n.raw_event_id
+ WHERE n.supersedes = o.id AND o.agent_id = n.agent_id AND {{where}}
+"""
+# The retracted episodes: their status, reason and time from their episode.retracted event.
+_RETRACTED_SQL = f"""
+UPDATE {Episode._meta.db_table} AS t
+   SET status = '{EpisodeStatus.RETRACTED}', status_reason = coalesce(ev.payload->>'reason', ''),
+       status_changed_at = ev.recorded_at,
+       embedding = NULL, embedding_model = '', embedded_at = NULL
+  FROM {Event._meta.db_table} AS ev
+ WHERE ev.event_type = '{EPISODE_RETRACTED}' AND ev.redacted_at IS NULL
+   AND t.agent_id = ev.agent_id AND t.id = (ev.payload->>'episode_id')::uuid AND {{where}}
+"""
+
+
+def _apply_withdrawals(sql: str, where: str, params: Sequence[Any]) -> int:
+    """Apply _CORRECTED_SQL or _RETRACTED_SQL to the rows `where` selects: the writer
+    for the one event it appended, a rebuild for every event at once."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.format(where=where), params)
+        return cursor.rowcount
+
+
+def _check_reason(reason: Any, *, required: bool) -> str:
+    if reason is None and not required:
+        return ""
+    if not isinstance(reason, str) or (required and not reason.strip()):
+        raise InvalidInput(
+            "reason: say why, in 1-2,000 characters" if required else "reason: must be a string",
+            details={"reason": ["This field is required." if required else "must be a string"]},
+        )
+    if message := _text_error(reason, MAX_REASON_CHARS):
+        raise InvalidInput(f"reason: {message}", details={"reason": [message]})
+    return reason
+
+
+def _current_version(agent: Agent, episode_id: uuid.UUID) -> Episode:
+    """The episode, locked after the agent's chain (the order of every append and of
+    a rebuild), so its status cannot change before the caller's write: two
+    retractions of one episode, or a retraction racing a correction, write once.
+    NotFound for another agent's or an unknown id; Conflict not_current for a
+    version that was retracted or corrected."""
+    chain_lock(agent=agent)
+    episode = (
+        Episode.objects.select_for_update(no_key=True)
+        .filter(agent=agent, pk=episode_id)
+        .defer("embedding", "search_vector")
+        .first()
+    )
+    if episode is None:
+        raise NotFound(f"episode {episode_id} not found")
+    if episode.status != EpisodeStatus.ACTIVE:
+        then = (
+            f"corrected by {episode.superseded_by}; act on that version"
+            if episode.status == EpisodeStatus.CORRECTED
+            else "retracted"
+        )
+        raise Conflict(
+            f"episode {episode_id} was {then}, it is not the current version",
+            code="not_current",
+            details={
+                "status": episode.status,
+                "superseded_by": str(episode.superseded_by or ""),
+            },
+        )
+    return episode
+
+
+def episode_retract(
+    *,
+    agent: Agent,
+    episode_id: uuid.UUID,
+    reason: str,
+    actor: str = "",
+    source_type: str = SourceType.AGENT_INFERENCE,
+) -> Episode:
+    """It did not happen as recorded: the episode is withdrawn. One `episode.retracted`
+    event (a correction of the episode's event in the ledger) and, in the same
+    transaction, the row's status, reason and time; its vector is cleared. The row
+    stays readable by id; search, recall, context and the embedding backlog leave it
+    out. Returns the row as it now is.
+
+    InvalidInput for a missing or blank reason; NotFound for an unknown id or
+    another agent's; Conflict not_current for a version already retracted or
+    corrected (as for facts: a retry with the same Idempotency-Key replays the
+    first answer instead). Nothing is written on a refusal.
+    """
+    reason = _check_reason(reason, required=True)
+    with transaction.atomic():
+        episode = _current_version(agent, episode_id)
+        raw = Event.objects.only("privacy_class", "retention_class").get(pk=episode.raw_event_id)
+        event = event_append(
+            agent=agent,
+            event_type=EPISODE_RETRACTED,
+            payload={"episode_id": str(episode.pk), "reason": reason},
+            session_id=episode.session_id,
+            actor=actor,
+            source_type=source_type,
+            correction_of_id=episode.raw_event_id,
+            # Kept and seen as the episode is (an erasure of it takes this along).
+            privacy_class=raw.privacy_class,
+            retention_class=raw.retention_class,
+        )
+        _apply_withdrawals(_RETRACTED_SQL, "ev.id = %s", [event.pk])
+    return _reloaded(agent, episode.pk)
+
+
+def _reloaded(agent: Agent, episode_id: uuid.UUID) -> Episode:
+    from .selectors import episode_get
+
+    return episode_get(agent=agent, episode_id=episode_id)
+
+
+def _corrected_draft(episode: Episode, raw: Event, changes: Mapping[str, Any]) -> EpisodeDraft:
+    """The corrected version as a draft: the version's values, `changes` over them."""
+    unknown = sorted(set(changes) - set(CORRECTABLE_FIELDS))
+    if unknown:
+        raise InvalidInput(
+            f"{unknown[0]}: cannot be corrected (only {', '.join(CORRECTABLE_FIELDS)})",
+            details={name: ["cannot be corrected"] for name in unknown},
+        )
+    current = {name: getattr(episode, name) for name in CORRECTABLE_FIELDS}
+    current["entities"] = list(episode.entities)
+    changed = {
+        name: value
+        for name, value in changes.items()
+        if (normalise_entities(value) if name == "entities" and isinstance(value, list) else value)
+        != current[name]
+    }
+    if not changed:
+        raise InvalidInput(
+            "nothing to correct: send at least one field with a new value"
+            + (f" (unchanged: {', '.join(sorted(changes))})" if changes else ""),
+            code="nothing_changed",
+            details={"non_field_errors": [f"send one of {', '.join(CORRECTABLE_FIELDS)}"]},
+        )
+    return EpisodeDraft(
+        **{**current, **changed},
+        session_id=episode.session_id,
+        salience=episode.salience,
+        confidence=episode.confidence,
+        related_ids=list(episode.related_ids),
+        source_id=episode.source_id,
+        source_type=episode.source_type,
+        source_ref=raw.source_ref,
+        authority=episode.authority,
+        parent_event_id=raw.parent_event_id,
+        privacy_class=raw.privacy_class,
+        retention_class=raw.retention_class,
+    )
+
+
+def episode_correct(
+    *,
+    agent: Agent,
+    episode_id: uuid.UUID,
+    changes: Mapping[str, Any],
+    reason: str = "",
+) -> Episode:
+    """The record was wrong: a corrected version replaces it, keeping the history.
+
+    One `episode.corrected` event, whose payload is the whole new version (the
+    version's values with `changes`, among CORRECTABLE_FIELDS, over them) with
+    the id it corrects, and in the same transaction a new row built from it,
+    `supersedes` the old one; the old row becomes `corrected`, points at it
+    (`superseded_by`), keeps its text (readable by id) and loses its vector, so
+    only the new text is found. The new version keeps the old one's session,
+    links, salience and provenance, is screened by piper.safety, and is embedded
+    after commit. Returns the new version.
+
+    InvalidInput for a bad value (as when recording), a field that cannot be
+    corrected, or nothing changed (code nothing_changed); NotFound for an unknown
+    id or another agent's; Conflict not_current for a version already retracted
+    or corrected. Nothing is written on a refusal.
+    """
+    reason = _check_reason(reason, required=False)
+    with transaction.atomic():
+        episode = _current_version(agent, episode_id)
+        raw = Event.objects.only(
+            "source_ref", "parent_event_id", "privacy_class", "retention_class"
+        ).get(pk=episode.raw_event_id)
+        draft = _corrected_draft(episode, raw, changes)
+        _check(agent, [draft])
+        new_id = uuid7()
+        event = event_append(
+            agent=agent,
+            event_type=EPISODE_CORRECTED,
+            payload={
+                **episode_payload(draft, new_id),
+                "corrects": str(episode.pk),
+                "reason": reason,
+            },
+            occurred_at=draft.occurred_at,
+            session_id=draft.session_id,
+            actor=draft.actor,
+            source_type=draft.source_type,
+            source_ref=draft.source_ref,
+            authority=draft.authority,
+            confidence=float(draft.confidence),
+            parent_event_id=draft.parent_event_id,
+            correction_of_id=episode.raw_event_id,
+            privacy_class=draft.privacy_class,
+            retention_class=draft.retention_class,
+        )
+        _episodes_insert_from_events("e.id = %s", [event.pk])
+        _apply_withdrawals(_CORRECTED_SQL, "n.id = %s", [new_id])
+        transaction.on_commit(lambda: _queue_embedding(agent.pk, [new_id]), robust=True)
+    return _reloaded(agent, new_id)
+
+
 # ----------------------------------------------------------------------- sources
 
 
@@ -717,6 +967,9 @@ def _embeddings_store(
     if replace_stale:
         condition += " OR t.embedding_model <> %s"
         params.append(model)
+    if model_class is Episode:
+        # A version withdrawn while its vector was computed gets none.
+        condition = f"({condition}) AND t.status = '{EpisodeStatus.ACTIVE}'"
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {model_class._meta.db_table} AS t "
@@ -737,7 +990,8 @@ def episode_embeddings_store(
     """Store episodes' vectors where none is stored yet; returns the rows written.
 
     A row that already has a vector keeps it (so a re-delivered task writes
-    nothing), unless `replace_stale` and it was made by another model.
+    nothing), unless `replace_stale` and it was made by another model. A
+    retracted or corrected version gets none.
     ValueError for a vector of the wrong length or with a non-finite number.
     """
     return _embeddings_store(Episode, vectors=vectors, model=model, replace_stale=replace_stale)
@@ -776,7 +1030,7 @@ def episodes_embed(
     embedder = embedder or get_embedder()
     rows = list(
         _needing_vectors(
-            Episode.objects.filter(id__in=list(episode_ids)),
+            Episode.objects.filter(id__in=list(episode_ids), status=EpisodeStatus.ACTIVE),
             model=embedder.name,
             reembed_stale=reembed_stale,
         )
@@ -828,7 +1082,9 @@ REBUILD_BATCH = 2000
 def rebuild_projection(*, agent: Agent | None = None) -> int:
     """Drop episodes and source chunks (one agent's, or all) and replay the ledger.
 
-    Episodes come from `episode.recorded` events, chunks from `source.chunked`
+    Episodes come from `episode.recorded` events and their corrected versions from
+    `episode.corrected` events (which also mark the version they replace), the
+    withdrawn ones from `episode.retracted` events, chunks from `source.chunked`
     events over their source's content, duplicate groups from `episode.collapsed`
     events, in chain order, use marks from `recall.feedback` events; redacted
     events are skipped (what they recorded is gone). Every column comes back as it was —
@@ -868,6 +1124,14 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
             "e.agent_id = %s" if agent else "true", [agent.pk] if agent else []
         )
         _forget_erased_links(agent_clause, agent_params)
+        # A version is corrected or retracted at most once, and only while current,
+        # so every event applies at once, in any order.
+        _apply_withdrawals(
+            _CORRECTED_SQL, "o.agent_id = %s" if agent else "true", [agent.pk] if agent else []
+        )
+        applied += _apply_withdrawals(
+            _RETRACTED_SQL, "ev.agent_id = %s" if agent else "true", [agent.pk] if agent else []
+        )
         _replay_use_marks(agent)
         chunks: list[SourceChunk] = []
         for event in chunk_events.order_by("agent_id", "seq").iterator(chunk_size=REBUILD_BATCH):
