@@ -104,10 +104,12 @@ class EpisodeAdmin(ReadOnlyAdmin):
         "environment",
         "outcome",
         "session_id",
+        "status",
         "embedded",
         "instruction_like",
     ]
     list_filter = [
+        "status",
         "instruction_like",
         DuplicateFilter,
         "outcome",
@@ -165,6 +167,18 @@ class EpisodeAdmin(ReadOnlyAdmin):
                 ]
             },
         ),
+        (
+            "Status",
+            {
+                "fields": [
+                    "status",
+                    "status_reason",
+                    "status_changed_at",
+                    "supersedes_link",
+                    "superseded_by_link",
+                ]
+            },
+        ),
         ("Embedding", {"fields": ["embedded", "embedding_model", "embedded_at"]}),
     ]
     readonly_fields = [
@@ -195,6 +209,11 @@ class EpisodeAdmin(ReadOnlyAdmin):
         "created_at",
         "instruction_like",
         "canonical_link",
+        "status",
+        "status_reason",
+        "status_changed_at",
+        "supersedes_link",
+        "superseded_by_link",
         "embedded",
         "embedding_model",
         "embedded_at",
@@ -264,10 +283,22 @@ class EpisodeAdmin(ReadOnlyAdmin):
 
     @admin.display(description="duplicate of")
     def canonical_link(self, obj: Episode) -> str:
-        if obj.canonical_id is None:
-            return "-"
-        url = reverse("admin:episodes_episode_change", args=[obj.canonical_id])
-        return format_html('<a href="{}">{}</a>', url, obj.canonical_id)
+        return _episode_link(obj.canonical_id)
+
+    @admin.display(description="corrects (the version before)")
+    def supersedes_link(self, obj: Episode) -> str:
+        return _episode_link(obj.supersedes)
+
+    @admin.display(description="corrected by (the version after)")
+    def superseded_by_link(self, obj: Episode) -> str:
+        return _episode_link(obj.superseded_by)
+
+
+def _episode_link(episode_id) -> str:
+    if episode_id is None:
+        return "-"
+    url = reverse("admin:episodes_episode_change", args=[episode_id])
+    return format_html('<a href="{}">{}</a>', url, episode_id)
 
 
 @admin.register(SourceChunk)

@@ -23,10 +23,12 @@ from .serializers import (
     ChunkPageSerializer,
     EpisodeBatchInputSerializer,
     EpisodeBatchOutputSerializer,
+    EpisodeCorrectInputSerializer,
     EpisodeInputSerializer,
     EpisodeListQuerySerializer,
     EpisodeOutputSerializer,
     EpisodePageSerializer,
+    EpisodeRetractInputSerializer,
     IncludeEmbeddingQuerySerializer,
     SourceIngestInputSerializer,
     SourceIngestOutputSerializer,
@@ -49,12 +51,15 @@ class EpisodeListApi(APIView):
         summary="This agent's episodes, newest first (filters; cursor pagination)",
         description="Exact-match filters on actor, environment, session_id, goal_id, task_id "
         "and outcome; occurred_after (inclusive) and occurred_before (exclusive) bound the "
-        "time — 400 invalid_time_window when the window ends before it starts. For relevance "
+        "time — 400 invalid_time_window when the window ends before it starts. Only active "
+        "episodes unless status says otherwise (retracted, corrected or all). For relevance "
         "ranking use GET /episodes/search.",
     )
     def get(self, request):
         params = dict(query_data(EpisodeListQuerySerializer, request))
         include_embedding = params.pop("include_embedding")
+        if params.get("status") == "all":
+            params["status"] = None
         params.pop("cursor", None)
         params.pop("limit", None)
         episodes = selectors.episode_list(
@@ -125,6 +130,8 @@ class EpisodeDetailApi(APIView):
         responses=EpisodeOutputSerializer,
         operation_id="v1_episodes_retrieve",
         summary="One episode (404 for another agent's)",
+        description="Whatever its status: a retracted or corrected version is still "
+        "readable, with its status, reason and the version that replaced it.",
     )
     def get(self, request, episode_id):
         include_embedding = query_data(IncludeEmbeddingQuerySerializer, request)[
@@ -135,6 +142,61 @@ class EpisodeDetailApi(APIView):
         )
         context = {"include_embedding": include_embedding}
         return Response(EpisodeOutputSerializer(episode, context=context).data)
+
+
+class EpisodeRetractApi(APIView):
+    @extend_schema(
+        request=EpisodeRetractInputSerializer,
+        responses={
+            200: EpisodeOutputSerializer,
+            409: OpenApiResponse(description="not_current: already retracted or corrected."),
+        },
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Retract an episode: it did not happen as recorded",
+        description="Appends an episode.retracted event and marks the episode retracted, "
+        "with the reason, in one transaction. It stays readable by id; search, recall, "
+        "context and consolidation leave it out. 404 for another agent's episode; 409 "
+        "not_current for a version already retracted or corrected (a retry with the same "
+        "Idempotency-Key replays the first answer).",
+    )
+    def post(self, request, episode_id):
+        def write():
+            data = body_data(EpisodeRetractInputSerializer, request)
+            episode = services.episode_retract(
+                agent=request.user, episode_id=episode_id, reason=data["reason"]
+            )
+            return Response(EpisodeOutputSerializer(episode).data)
+
+        return idempotent_write(request, write)
+
+
+class EpisodeCorrectApi(APIView):
+    @extend_schema(
+        request=EpisodeCorrectInputSerializer,
+        responses={
+            201: EpisodeOutputSerializer,
+            409: OpenApiResponse(description="not_current: already retracted or corrected."),
+        },
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Correct an episode: a new version replaces it",
+        description="Send the fields that were wrong (at least one with a new value: 400 "
+        "nothing_changed otherwise) and, optionally, a reason. One episode.corrected event "
+        "records the whole new version; the answer is that version (a new id, `supersedes` "
+        "the old one), embedded after commit. The old version is marked corrected "
+        "(`superseded_by`), stays readable by id and is no longer found by search. 404 for "
+        "another agent's episode; 409 not_current for a version already retracted or "
+        "corrected.",
+    )
+    def post(self, request, episode_id):
+        def write():
+            data = dict(body_data(EpisodeCorrectInputSerializer, request))
+            reason = data.pop("reason", "")
+            episode = services.episode_correct(
+                agent=request.user, episode_id=episode_id, changes=data, reason=reason
+            )
+            return Response(EpisodeOutputSerializer(episode).data, status=status.HTTP_201_CREATED)
+
+        return idempotent_write(request, write)
 
 
 class SourceIngestApi(APIView):

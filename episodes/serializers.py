@@ -24,7 +24,7 @@ from piper.api.serializers import (
 )
 from piper.provenance import Authority, SourceType
 
-from .models import EMBEDDING_DIM, Episode, Outcome, SourceChunk
+from .models import EMBEDDING_DIM, Episode, EpisodeStatus, Outcome, SourceChunk
 from .salience import effective_salience
 from .services import (
     MAX_BATCH,
@@ -33,6 +33,7 @@ from .services import (
     MAX_ENTITY_CHARS,
     MAX_LABEL_CHARS,
     MAX_MEDIA_TYPE_CHARS,
+    MAX_REASON_CHARS,
     MAX_RELATED,
     MAX_TEXT_CHARS,
     MAX_TITLE_CHARS,
@@ -187,6 +188,21 @@ class EpisodeOutputSerializer(serializers.Serializer):
         help_text="It is a near-duplicate of this episode: kept, and searches answer with "
         "that one instead.",
     )
+    status = serializers.ChoiceField(
+        choices=EpisodeStatus.choices,
+        help_text="active; retracted (withdrawn) or corrected (replaced by superseded_by): "
+        "readable by id, left out of search, recall and context.",
+    )
+    status_reason = serializers.CharField(help_text="Why it was retracted or corrected.")
+    status_changed_at = serializers.DateTimeField(
+        allow_null=True, help_text="When it was retracted or corrected."
+    )
+    supersedes = serializers.UUIDField(
+        allow_null=True, help_text="The version this one corrects, if it is a correction."
+    )
+    superseded_by = serializers.UUIDField(
+        allow_null=True, help_text="The version that corrects this one (status corrected)."
+    )
     created_at = serializers.DateTimeField()
     embedded = serializers.BooleanField(help_text="Has its vector been computed yet?")
     embedding_model = serializers.CharField(help_text="The model that made the vector, or ''.")
@@ -236,6 +252,11 @@ class EpisodeOutputSerializer(serializers.Serializer):
             "raw_event_id": str(episode.raw_event_id),
             "instruction_like": episode.instruction_like,
             "canonical_id": None if episode.canonical_id is None else str(episode.canonical_id),
+            "status": episode.status,
+            "status_reason": episode.status_reason,
+            "status_changed_at": api_datetime(episode.status_changed_at),
+            "supersedes": None if episode.supersedes is None else str(episode.supersedes),
+            "superseded_by": None if episode.superseded_by is None else str(episode.superseded_by),
             "created_at": api_datetime(episode.created_at),
             "embedded": _embedded(episode),
             "embedding_model": episode.embedding_model,
@@ -254,6 +275,46 @@ def _embedded(row: Episode | SourceChunk) -> bool:
     return row.__dict__.get("embedding") is not None
 
 
+def _reason(**kwargs) -> StrictCharField:
+    return StrictCharField(
+        max_length=MAX_REASON_CHARS,
+        error_messages={"max_length": f"at most {MAX_REASON_CHARS:,} characters"},
+        **kwargs,
+    )
+
+
+class EpisodeRetractInputSerializer(StrictSerializer):
+    reason = _reason(help_text="Why it is withdrawn: it did not happen as recorded.")
+
+
+class EpisodeCorrectInputSerializer(StrictSerializer):
+    """The fields to correct (at least one with a new value); the others stay the version's."""
+
+    occurred_at = AwareDateTimeField(required=False)
+    summary = _text(MAX_TEXT_CHARS, default=serializers.empty)
+    action = _text(MAX_TEXT_CHARS, default=serializers.empty)
+    observation = _text(MAX_TEXT_CHARS, default=serializers.empty)
+    outcome = serializers.ChoiceField(choices=Outcome.choices, required=False)
+    score = StrictFloatField(required=False, allow_null=True)
+    actor = _text(MAX_LABEL_CHARS["actor"], default=serializers.empty)
+    environment = _text(MAX_LABEL_CHARS["environment"], default=serializers.empty)
+    goal_id = _text(MAX_LABEL_CHARS["goal_id"], default=serializers.empty)
+    task_id = _text(MAX_LABEL_CHARS["task_id"], default=serializers.empty)
+    entities = serializers.ListField(
+        child=StrictCharField(
+            max_length=MAX_ENTITY_CHARS,
+            error_messages={"max_length": f"at most {MAX_ENTITY_CHARS} characters"},
+        ),
+        max_length=MAX_ENTITIES,
+        required=False,
+        error_messages={"max_length": f"at most {MAX_ENTITIES} names"},
+        help_text="The whole corrected list (stored lower-cased, de-duplicated).",
+    )
+    reason = _reason(
+        required=False, allow_blank=True, default="", help_text="What was wrong, for the record."
+    )
+
+
 class EpisodeBatchOutputSerializer(serializers.Serializer):
     count = serializers.IntegerField()
     episodes = EpisodeOutputSerializer(many=True)
@@ -269,6 +330,12 @@ class EpisodeListQuerySerializer(StrictSerializer):
     occurred_after = QueryDateTimeField(required=False, help_text="Inclusive.")
     occurred_before = QueryDateTimeField(
         required=False, help_text="Exclusive; 400 when earlier than occurred_after."
+    )
+    status = serializers.ChoiceField(
+        choices=[*EpisodeStatus.values, "all"],
+        required=False,
+        default=EpisodeStatus.ACTIVE,
+        help_text="active (the default), retracted, corrected, or all versions.",
     )
     include_embedding = serializers.BooleanField(
         required=False, default=False, help_text="Also return each vector (384 numbers)."

@@ -70,6 +70,11 @@ def episode_body(episode_id, *, embedding: bool = False) -> dict:
         "raw_event_id": str(e.raw_event_id),
         "instruction_like": e.instruction_like,
         "canonical_id": None if e.canonical_id is None else str(e.canonical_id),
+        "status": e.status,
+        "status_reason": e.status_reason,
+        "status_changed_at": None if e.status_changed_at is None else iso(e.status_changed_at),
+        "supersedes": None if e.supersedes is None else str(e.supersedes),
+        "superseded_by": None if e.superseded_by is None else str(e.superseded_by),
         "created_at": iso(e.created_at),
         "embedded": e.embedding is not None,
         "embedding_model": e.embedding_model,
@@ -475,7 +480,7 @@ class TestList:
                 {"colour": "red"},
                 "colour: unknown field; allowed: actor, cursor, environment, "
                 "goal_id, include_embedding, limit, occurred_after, occurred_before, outcome, "
-                "session_id, task_id",
+                "session_id, status, task_id",
             ),
             ({"limit": "0"}, "limit: Ensure this value is greater than or equal to 1."),
             (
