@@ -129,6 +129,29 @@ def test_episodes_are_recorded_listed_and_searched(memory):
     assert found.hits and found.hits[0].episode.id == episode.id
 
 
+def test_episodes_are_corrected_and_retracted(memory):
+    wrong = memory.episodes.record(
+        occurred_at=NOW, summary="The export failed on db-7", session_id="night-2"
+    )
+    fixed = memory.episodes.correct(wrong.id, summary="The export failed on db-2", reason="typo")
+    assert (fixed.supersedes, fixed.status, fixed.raw_response.status_code) == (
+        wrong.id,
+        "active",
+        201,
+    )
+    old = memory.episodes.get(wrong.id)
+    assert (old.status, old.superseded_by, old.status_reason) == ("corrected", fixed.id, "typo")
+    retracted = memory.episodes.retract(fixed.id, reason="it never ran")
+    assert (retracted.status, retracted.status_reason) == ("retracted", "it never ran")
+    with pytest.raises(Conflict):
+        memory.episodes.retract(fixed.id, reason="again")
+    with pytest.raises(NotFound):
+        memory.episodes.correct("00000000-0000-7000-8000-000000000000", summary="x")
+    assert list(memory.episodes.list(session_id="night-2")) == []
+    every = memory.episodes.list(session_id="night-2", status="all")
+    assert {e.id for e in every} == {wrong.id, fixed.id}
+
+
 def test_a_skill_from_creation_to_validated_use(memory, keys):
     skill = memory.skills.create(
         "invoice-checksum",

@@ -34,6 +34,11 @@ class Episode(ApiModel):
     raw_event_id: str
     instruction_like: bool
     canonical_id: str | None
+    status: str
+    status_reason: str
+    status_changed_at: datetime | None
+    supersedes: str | None
+    superseded_by: str | None
     created_at: datetime
     embedded: bool
     embedding_model: str

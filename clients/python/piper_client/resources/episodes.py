@@ -27,10 +27,25 @@ class Episodes(Resource):
     def get(self, episode_id: str, *, include_embedding: bool | None = None) -> m.Episode:
         return get(f"/episodes/{episode_id}", m.Episode, include_embedding=include_embedding)
 
+    @operation
+    def retract(self, episode_id: str, *, reason: str) -> m.Episode:
+        """It did not happen as recorded: withdrawn (still readable by id, with its
+        status and reason), no longer found by search, recall or context."""
+        return post(f"/episodes/{episode_id}/retract", m.Episode, body(reason=reason))
+
+    @operation
+    def correct(self, episode_id: str, *, reason: str | None = None, **fields: Any) -> m.Episode:
+        """It was recorded wrong: send the fields to change (summary, action,
+        observation, outcome, score, occurred_at, actor, environment, goal_id,
+        task_id, entities). Returns the new version (`supersedes` the old one, which
+        is marked corrected and no longer found by search)."""
+        return post(f"/episodes/{episode_id}/correct", m.Episode, {**fields, **body(reason=reason)})
+
     @paginated
     def list(self, *, limit: int | None = None, **filters: Any) -> Iterator[m.Episode]:
         """Filters: session_id, actor, environment, goal_id, task_id, outcome,
-        occurred_after, occurred_before."""
+        occurred_after, occurred_before, status (active by default; retracted,
+        corrected or all)."""
         return get("/episodes", m.Episode, limit=limit, **filters)
 
     @operation
