@@ -167,3 +167,49 @@ def test_rebuild_from_the_ledger_alone(history):
     assert [
         {**r, "embedding": None, "embedding_model": "", "embedded_at": None} for r in before[1]
     ] == (rebuilt[1])
+
+
+def test_retractions_and_corrections_replay_to_the_same_state():
+    from episodes.services import episode_correct, episode_retract
+
+    a, b = AgentFactory(name="withdraw-a"), AgentFactory(name="withdraw-b")
+    v1, gone, dup, theirs = (
+        EpisodeFactory(agent=a, summary="The export failed on db-7", session_id="s-1"),
+        EpisodeFactory(agent=a, summary="A test alarm", entities=["alarm"]),
+        EpisodeFactory(agent=a, summary="The export failed on db-7!", session_id="s-1"),
+        EpisodeFactory(agent=b, summary="theirs"),
+    )
+    episodes_embed(episode_ids=[v1.pk, gone.pk, dup.pk, theirs.pk], embedder=HashEmbedder())
+    episodes_collapse(agent=a, canonical_id=v1.pk, duplicate_ids=[dup.pk], reason="same")
+    v2 = episode_correct(
+        agent=a, episode_id=v1.pk, changes={"summary": "The export failed on db-2"}, reason="typo"
+    )
+    v3 = episode_correct(
+        agent=a,
+        episode_id=v2.pk,
+        changes={"outcome": "failure", "occurred_at": T0.replace(hour=3), "entities": ["DB-2"]},
+    )
+    episode_retract(agent=a, episode_id=gone.pk, reason="it was a drill")
+    episodes_embed(episode_ids=[v3.pk], embedder=HashEmbedder())
+    episode_retract(agent=b, episode_id=theirs.pk, reason="not mine")
+    before = state()
+    statuses = {r["id"]: r["status"] for r in before[0]}
+    assert statuses == {
+        v1.pk: "corrected",
+        v2.pk: "corrected",
+        v3.pk: "active",
+        gone.pk: "retracted",
+        dup.pk: "active",
+        theirs.pk: "retracted",
+    }
+    # 6 episode rows (4 recorded, 2 corrected), 2 retractions, 1 collapse.
+    assert rebuild_projection() == 9
+    assert state() == before
+    assert rebuild_projection(agent=b) == 2
+    assert state() == before
+    Episode.objects.all().delete()
+    rebuild_projection()
+    # From the ledger alone: only the vectors (in the dropped rows) are gone.
+    assert state()[0] == [
+        {**r, "embedding": None, "embedding_model": "", "embedded_at": None} for r in before[0]
+    ]

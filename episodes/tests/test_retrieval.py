@@ -621,3 +621,66 @@ def test_without_duplicates_no_statement_is_added(agent_a):
     with CaptureQueriesContext(connection) as plain:
         search(agent_a, "kafka lag alarm", vector=topic(1), limit=3)
     assert not any("IS NOT NULL FROM" in q["sql"] for q in plain.captured_queries)
+
+
+# ------------------------------------------------------- retracted and corrected
+
+
+def test_a_retracted_episode_is_found_by_nothing(agent_a):
+    from episodes.services import episode_retract
+
+    kept = record(
+        agent_a,
+        summary="Kafka consumer lag alarm fired on orders",
+        entities=["orders"],
+        session_id="s-1",
+        embedding=topic(1),
+    )
+    gone = record(
+        agent_a,
+        summary="Kafka consumer lag alarm fired on payments",
+        entities=["orders"],
+        session_id="s-1",
+        embedding=topic(1, mix={2: 0.1}),
+    )
+    orders = SearchFilters(entities=["orders"])
+    both = search(agent_a, "kafka consumer lag alarm", vector=topic(1), filters=orders)
+    assert {h.obj.pk for h in both.hits} == {kept.pk, gone.pk}
+    episode_retract(agent=agent_a, episode_id=gone.pk, reason="a test alarm")
+    for vector in (topic(1), topic(1, mix={2: 0.1}), None):
+        result = search(agent_a, "kafka consumer lag alarm payments", vector=vector, filters=orders)
+        assert [h.obj.pk for h in result.hits] == [kept.pk]
+        assert gone.pk not in {h.obj.pk for h in result.near_misses}
+    # Asked for its own words alone, nothing supports an answer.
+    assert search(agent_a, "payments", abstain=True).hits == []
+
+
+def test_a_correction_is_found_by_its_new_text_only(agent_a):
+    from episodes.services import episode_correct
+
+    old = record(agent_a, summary="The nightly export failed on host mercury", embedding=topic(1))
+    new = episode_correct(
+        agent=agent_a,
+        episode_id=old.pk,
+        changes={"summary": "The nightly export failed on host venus"},
+    )
+    assert [h.obj.pk for h in search(agent_a, "mercury").hits] == []
+    assert [h.obj.pk for h in search(agent_a, "nightly export venus").hits] == [new.pk]
+    # Not embedded yet: found by its words; then by its vector too.
+    assert [h.obj.pk for h in search(agent_a, "zzz", vector=topic(1)).hits] == []
+    set_embedding(new, topic(1))
+    assert [h.obj.pk for h in search(agent_a, "zzz", vector=topic(1)).hits] == [new.pk]
+
+
+def test_a_duplicate_of_a_withdrawn_episode_answers_for_itself(agent_a):
+    from episodes.services import episode_retract, episodes_collapse
+
+    canonical = record(agent_a, summary="Kafka lag alarm on orders", embedding=topic(1))
+    copy = record(agent_a, summary="Kafka lag alarm on orders!", embedding=topic(1))
+    episodes_collapse(
+        agent=agent_a, canonical_id=canonical.pk, duplicate_ids=[copy.pk], reason="same"
+    )
+    episode_retract(agent=agent_a, episode_id=canonical.pk, reason="wrong agent")
+    result = search(agent_a, "kafka lag alarm orders", vector=topic(1))
+    assert [h.obj.pk for h in result.hits] == [copy.pk]
+    assert "duplicate_of" not in result.hits[0].signals

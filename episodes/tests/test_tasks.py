@@ -9,7 +9,7 @@ from django.core.cache import cache
 
 from episodes import tasks
 from episodes.models import Episode, SourceChunk
-from episodes.services import episodes_record
+from episodes.services import episode_correct, episode_retract, episodes_record
 from episodes.tests.factories import (
     EpisodeFactory,
     HashEmbedder,
@@ -85,6 +85,28 @@ class TestEager:
             episodes_record(agent=agent, drafts=[draft(summary=f"e {i}") for i in range(300)])
         assert sorted(len(texts) for texts in hash_embedder.calls) == [44, 128, 128]
         assert unembedded() == 0
+
+    def test_a_correction_embeds_the_corrected_text_and_withdrawn_rows_never(
+        self, hash_embedder, eager, django_capture_on_commit_callbacks
+    ):
+        agent = AgentFactory()
+        with django_capture_on_commit_callbacks(execute=True):
+            old, other = episodes_record(
+                agent=agent,
+                drafts=[draft(summary="The export failed on db-7"), draft(summary="Not so")],
+            )
+        with django_capture_on_commit_callbacks(execute=True):
+            new = episode_correct(
+                agent=agent, episode_id=old.pk, changes={"summary": "The export failed on db-2"}
+            )
+            episode_retract(agent=agent, episode_id=other.pk, reason="never happened")
+        assert hash_embedder.calls[-1] == ["The export failed on db-2"]
+        assert dict(Episode.objects.values_list("id", "embedding_model")) == {
+            old.pk: "",
+            other.pk: "",
+            new.pk: "test/hash-embedder",
+        }
+        assert tasks.embed_backlog(grace_seconds=0)["episodes"] == 0
 
     def test_a_source_registered_through_the_ledger_api_is_chunked_and_embedded(
         self, client_a, hash_embedder, eager, django_capture_on_commit_callbacks
