@@ -2,7 +2,9 @@
 paraphrased and never-happened questions share no word with what they must
 or must not find, as PostgreSQL's full text sees words), the grading is
 exact, the gates sit where the issue puts them, and every kind of item,
-pointed at a service with one fault, fails with the right code."""
+pointed at a service with one fault, fails with the right code. B5's
+near-domain questions are built from what the run writes and are about
+nothing it wrote, and its held-out words are none of the service's."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import dataclasses
 import io
 import json
 import random
+import re
 from collections import Counter
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -22,13 +26,14 @@ from battery.models import BatteryRun
 from battery.registry import ItemFailure, ItemOutcome, designed_suites, suites_select
 from battery.scoring import score_run, suite_result
 from battery.suites import episodic
-from battery.suites.episodic import draw
+from battery.suites.episodic import draw, near
 from battery.suites.episodic.api import Answer, Hit, answer_of
 from battery.suites.episodic.draw import PHASE_TIMES, T0, episode_lexemes, lexemes
 from battery.suites.episodic.judge import (
     judge_abstain,
     judge_disambiguation,
     judge_event,
+    judge_near,
     judge_synthesis,
     summarize,
 )
@@ -38,7 +43,7 @@ from battery.tests.helpers import Faulty, run_suite_small
 from battery.transport import ApiResponse, InProcessTransport
 from piper.celery import app as celery_app
 
-KINDS = ("b1", "b2", "b3", "b4")
+KINDS = ("b1", "b2", "b3", "b4", "b5")
 NONE = dict.fromkeys(KINDS, 0)
 TEXT_FIELDS = ("summary", "action", "observation")
 
@@ -65,14 +70,17 @@ def of_kind(specs, kind: str) -> list:
 
 def test_suite_B_is_registered_with_its_design_weight_and_gates():
     suite = suites_select(codes=["B"])[0]
-    assert (suite.name, suite.weight, suite.gate) == ("Episodic memory", 15, 0.95)
+    # The pass rate is a floor below B5's false memories (judge.PASS_RATE_GATE);
+    # every other family has a gate of its own, B5 is measured only.
+    assert (suite.name, suite.weight, suite.gate) == ("Episodic memory", 15, 0.80)
     assert [gate.name for gate in suite.metric_gates] == [
         "event_recall >= 0.95",
         "disambiguation_accuracy >= 0.95",
+        "synthesis_accuracy >= 0.95",
         "false_memory_rate <= 0.02",
     ]
     assert (suite.items, [g.key for g in suite.generators]) == ([], ["episodic"])
-    assert suite.item_count(seed=0) == 122
+    assert suite.item_count(seed=0) == 146
 
 
 def test_the_same_seed_draws_the_same_items_and_another_seed_others():
@@ -84,11 +92,17 @@ def test_the_same_seed_draws_the_same_items_and_another_seed_others():
 
 
 @pytest.mark.parametrize("seed", [0, 21])
-def test_a_run_draws_122_items_of_the_four_kinds_around_160_routine_episodes(seed):
+def test_a_run_draws_146_items_of_the_five_kinds_around_160_routine_episodes(seed):
     specs = specs_for(seed)
-    assert Counter(s.metrics["kind"] for s in specs) == {"B1": 40, "B2": 20, "B3": 12, "B4": 50}
+    assert Counter(s.metrics["kind"] for s in specs) == {
+        "B1": 40,
+        "B2": 20,
+        "B3": 12,
+        "B4": 50,
+        "B5": 24,
+    }
     assert [s.key for s in specs[:2]] == ["b1_0001", "b1_0002"]
-    assert specs[-1].key == "b4_0050"
+    assert specs[-1].key == "b5_0024"
     episodes = [e for s in specs for e in s.data["episodes"]]
     refs = [e["ref"] for e in episodes]
     assert len(refs) == len(set(refs))
@@ -112,6 +126,7 @@ def test_a_run_draws_122_items_of_the_four_kinds_around_160_routine_episodes(see
         "disambiguation": 20,
         "synthesis": 12,
         "abstain": 50,
+        "near": 24,
     }
     routine_phases = Counter(e["phase"] for e in episodes if e.get("routine"))
     assert set(routine_phases) == {0, 1, 2}  # some routine work is newer than every event
@@ -219,6 +234,143 @@ def test_b4_asks_about_events_that_never_happened_in_words_nothing_in_the_run_us
         assert len({q["text"] for q in questions}) == 50
         for question in questions:
             assert question["expects"] == [] and lexemes(question["text"]) & vocabulary == set()
+
+
+def _words(episode: dict) -> str:
+    return " ".join([*(episode[f] for f in TEXT_FIELDS), *episode["entities"]]).lower()
+
+
+def _about(system: str, episode: dict) -> bool:
+    return re.search(rf"(?<!\w){re.escape(system.lower())}(?!\w)", _words(episode)) is not None
+
+
+# Which operation each of the run's templates tells of (draw.ACTIONS, draw.OPERATIONS).
+ACTION_FAMILIES = (
+    "restart",
+    "rotate",
+    "upgrade",
+    "scale",
+    "rollback",
+    "load_test",
+    "patch",
+    "migrate",
+)
+OPERATION_FAMILIES = ("failover", "upgrade", "restore", "rotate", "capacity")
+
+
+def test_the_operations_the_run_writes_are_recognised_by_their_own_pattern_and_no_other():
+    """B5 keeps off what a system had done to it by these patterns: each must
+    find its operation, and find it nowhere else in the run's templates."""
+    slots = {"actor": "Ana Lima", "system": "geocoder", "env": "ci", "n": 7, "version": "2.0.1"}
+    written = [
+        (family, " ".join(t[f].format(**slots, feature="") for f in TEXT_FIELDS).lower())
+        for family, t in [
+            *zip(ACTION_FAMILIES, draw.ACTIONS, strict=True),
+            *zip(OPERATION_FAMILIES, draw.OPERATIONS, strict=True),
+        ]
+    ]
+    for family, text in written:
+        assert near.done_families(text) == {family}, text
+    routine = {t.format(actor="A", other="B", system="geocoder", n=1).lower() for t in draw.ROUTINE}
+    assert {f for text in routine for f in near.done_families(text)} == {"upgrade", "patch"}
+    assert near.done_families("nothing was done") == set()
+
+
+@pytest.mark.parametrize("seed", [0, 3, 21])
+def test_b5_asks_about_events_that_never_happened_in_the_runs_own_words(seed):
+    specs = specs_for(seed)
+    episodes = [e for s in specs for e in s.data["episodes"]]
+    vocabulary = set().union(*(episode_lexemes(e) for e in episodes))
+    items = of_kind(specs, "B5")
+    assert Counter((s.metrics["split"], s.metrics["twist"]) for s in items) == {
+        ("seen", "action"): 6,
+        ("held_out", "action"): 6,
+        ("seen", "incident"): 6,
+        ("held_out", "incident"): 6,
+    }
+    assert all(own(s) == [] for s in items)
+    refs = {e["ref"]: e for e in episodes}
+    texts = set()
+    for spec in items:
+        [question] = spec.data["questions"]
+        assert (question["q"], question["metric"], question["expects"]) == ("near", "near", [])
+        assert question["split"] == spec.metrics["split"]
+        texts.add(question["text"])
+        system = question["system"]
+        about = [e for e in episodes if _about(system, e)]
+        assert about, f"the {system} is in no episode"
+        # Near: it names a system of the run and borrows real episodes' words.
+        assert system in question["text"]
+        assert lexemes(system) <= vocabulary
+        assert question["borrows"] and set(question["borrows"]) <= set(refs)
+        shared = lexemes(question["text"]) & set().union(
+            *(episode_lexemes(refs[r]) for r in question["borrows"])
+        )
+        assert shared
+        if question["twist"] == "action":
+            family = near.FAMILIES[question["family"]]
+            # Nobody did that to this system, whoever did what else to it.
+            assert all(question["family"] not in near.done_families(_words(e)) for e in about)
+            actor = next(p for p in draw.PEOPLE if p in question["text"])
+            assert question["text"].count(system) == 1
+            event = family[question["split"]].format(actor=actor, system=system)
+            assert event in question["text"]
+            # the person who worked on it (the run's people all did)
+            assert actor in {e["actor"] for e in about}
+        else:
+            [incident] = [
+                refs[r]
+                for r in question["borrows"]
+                if refs[r]["entities"] and refs[r]["entities"][0] == question["incident"]
+            ]
+            assert not incident.get("routine") and incident["entities"][0] != system
+            # moved onto a system its episode never mentions, by no word of it
+            assert not lexemes(system) & episode_lexemes(incident)
+            assert not _about(system, incident)
+            told = near.INCIDENTS[question["incident"]]
+            assert told["split"] == question["split"]
+            assert told["event"].format(system=system) in question["text"]
+    assert len(texts) == len(items)
+
+
+def _distinctive(template: str) -> set[str]:
+    """The content words of a template, its slots (the run's names) left out."""
+    words = re.findall(r"[a-z0-9]+", re.sub(r"\{\w+\}", " ", template).lower())
+    return {w for w in words if w not in draw.STOP_WORDS}
+
+
+def _code_words() -> set[str]:
+    root = Path(__file__).resolve().parents[2]
+    words: set[str] = set()
+    for name in near.CODE_FILES:
+        words |= set(re.findall(r"[a-z0-9]+", (root / name).read_text().lower()))
+    return words
+
+
+def _used_by_code(words: set[str], code: set[str]) -> set[str]:
+    """Words the code has, as they are or by the draw's crude stem (which finds
+    more alike than there is)."""
+    stems = {draw.stem(w) for w in code if w not in draw.STOP_WORDS}
+    return {w for w in words if w in code or draw.stem(w) in stems}
+
+
+def test_b5s_held_out_phrasings_and_events_use_no_word_of_the_services_rules_or_calibration():
+    code = _code_words()
+    held_out = [
+        *near.TEMPLATES[near.HELD_OUT],
+        *(family[near.HELD_OUT] for family in near.FAMILIES.values()),
+        *(i["event"] for i in near.INCIDENTS.values() if i["split"] == near.HELD_OUT),
+    ]
+    assert len(held_out) == 3 + 11 + 5
+    for template in held_out:
+        assert _distinctive(template)
+        assert _used_by_code(_distinctive(template), code) == set(), template
+    # The check can fail: the seen ones are the service's own words.
+    assert "happened" in _used_by_code(_distinctive(near.TEMPLATES[near.SEEN][0]), code)
+    assert _used_by_code(_distinctive(near.INCIDENTS["api-gateway"]["event"]), code) >= {
+        "certificate",
+        "expired",
+    }
 
 
 def _pg_lexemes(texts: list[str]) -> list[set[str]]:
@@ -470,6 +622,53 @@ def test_only_an_abstention_with_nothing_offered_is_no_false_memory(answered, ve
     assert (result.ok, result.code, result.detail) == verdict
 
 
+BORROWED = {"real": "real incident", "sys": "real episode about the geocoder"}
+
+
+@pytest.mark.parametrize(
+    ("answered", "verdict"),
+    [
+        (answer(abstained=True), (True, "", "")),
+        (
+            answer(episode_hit("real"), episode_hit("n0")),
+            (
+                False,
+                "R3",
+                "a false memory: offered episode 'episode real' for what never happened "
+                "(the real incident it borrows words from)",
+            ),
+        ),
+        (
+            answer(episode_hit("sys")),
+            (
+                False,
+                "R3",
+                "a false memory: offered episode 'episode sys' for what never happened "
+                "(the real episode about the geocoder it borrows words from)",
+            ),
+        ),
+        (
+            answer(episode_hit("n0"), episode_hit("real")),
+            (False, "R3", "a false memory: offered episode 'episode n0' for what never happened"),
+        ),
+        (
+            answer(episode_hit("real"), abstained=True),
+            (
+                False,
+                "R3",
+                "abstained but still offered episode 'episode real' as evidence "
+                "(the real incident it borrows words from)",
+            ),
+        ),
+        (answer(), (False, "U0", "returned no evidence without saying it abstained")),
+        (answer(status=503), (False, "R2", "the recall was refused: HTTP 503 ")),
+    ],
+)
+def test_a_near_domain_question_is_answered_only_by_abstaining(answered, verdict):
+    result = judge_near(answered, BORROWED)
+    assert (result.ok, result.code, result.detail) == verdict
+
+
 def test_an_answer_is_read_once_whatever_the_evidence_carries():
     body = {
         "abstained": False,
@@ -543,9 +742,14 @@ def test_the_summary_counts_questions_and_a_crashed_item_counts_all_it_planned()
             outcome(True, {"synthesis": 1}, {"synthesis": 1}),
             *[outcome(True, {"abstain": 1}, {"abstain": 1}) for _ in range(3)],
             outcome(False, {"abstain": 1}),  # crashed: a false memory
+            outcome(True, {"near": 1}, {"near": 1}, split="seen"),
+            outcome(False, {"near": 1}, {}, split="seen"),
+            outcome(False, {"near": 1}, {}, split="seen"),
+            outcome(True, {"near": 1}, {"near": 1}, split="seen"),
+            outcome(False, {"near": 1}, split="held_out"),  # crashed: a false memory
         ]
     )
-    assert summary.score == pytest.approx(700 / 11)
+    assert summary.score == pytest.approx(900 / 16)
     assert summary.metrics == {
         "event_recall": 0.5,
         "paraphrase_event_recall": 0.5,
@@ -553,10 +757,21 @@ def test_the_summary_counts_questions_and_a_crashed_item_counts_all_it_planned()
         "disambiguation_accuracy": 0.5,
         "synthesis_accuracy": 1.0,
         "false_memory_rate": 0.25,
+        "near_domain_abstention_rate": 0.5,
+        "near_domain_abstention_rate_held_out": 0.0,
     }
+    held_out_only = summarize([outcome(True, {"near": 1}, {"near": 1}, split="held_out")])
+    assert held_out_only.metrics == {"near_domain_abstention_rate_held_out": 1.0}
 
 
-def b_result(*, events: int = 40, disambiguated: int = 20, false_memories: int = 0):
+def b_result(
+    *,
+    events: int = 40,
+    disambiguated: int = 20,
+    synthesised: int = 12,
+    false_memories: int = 0,
+    near_abstained: int = 0,
+):
     outcomes = [
         outcome(True, {"event": 1, "handover": 1}, {"event": int(i < events), "handover": 1})
         for i in range(40)
@@ -566,29 +781,54 @@ def b_result(*, events: int = 40, disambiguated: int = 20, false_memories: int =
         for i in range(20)
     ]
     outcomes += [
+        outcome(True, {"synthesis": 1}, {"synthesis": int(i < synthesised)}) for i in range(12)
+    ]
+    outcomes += [
         outcome(True, {"abstain": 1}, {"abstain": int(i >= false_memories)}) for i in range(50)
+    ]
+    outcomes += [
+        outcome(i < near_abstained, {"near": 1}, {"near": int(i < near_abstained)}, split=split)
+        for i in range(12)
+        for split in ("seen", "held_out")
     ]
     return suite_result(suite=suites_select(codes=["B"])[0], outcomes=outcomes)
 
 
 def test_the_gates_hold_at_95_percent_and_a_2_percent_false_memory_rate_exactly():
+    # Every B5 question a false memory, as the service does today: measured, not gated.
     card = score_run(
         [b_result(events=38, disambiguated=19, false_memories=1)], designed=designed_suites()
     )
     assert [(g.name, g.kind, g.passed, g.detail) for g in card.gates if g.kind != "cap"] == [
-        ("B pass rate >= 95%", "suite", True, "110/110 items passed (100.0%)"),
+        ("B pass rate >= 80%", "suite", True, "122/146 items passed (83.6%)"),
         ("B event_recall >= 0.95", "metric", True, "event_recall 0.95"),
         ("B disambiguation_accuracy >= 0.95", "metric", True, "disambiguation_accuracy 0.95"),
+        ("B synthesis_accuracy >= 0.95", "metric", True, "synthesis_accuracy 1"),
         ("B false_memory_rate <= 0.02", "metric", True, "false_memory_rate 0.02"),
     ]
+    assert (
+        card.metrics["near_domain_abstention_rate"],
+        card.metrics["near_domain_abstention_rate_held_out"],
+    ) == (0.0, 0.0)
     failed = score_run(
-        [b_result(events=37, disambiguated=18, false_memories=2)], designed=designed_suites()
+        [b_result(events=37, disambiguated=18, synthesised=11, false_memories=2)],
+        designed=designed_suites(),
     )
     assert [(g.name, g.detail) for g in failed.gates if not g.passed and g.kind != "cap"] == [
         ("B event_recall >= 0.95", "event_recall 0.925"),
         ("B disambiguation_accuracy >= 0.95", "disambiguation_accuracy 0.9"),
+        ("B synthesis_accuracy >= 0.95", "synthesis_accuracy 0.9167"),
         ("B false_memory_rate <= 0.02", "false_memory_rate 0.04"),
     ]
+
+
+def test_the_pass_rate_floor_takes_b5_all_wrong_and_five_more_failures_not_six():
+    def held(failed: int) -> bool:
+        outcomes = [outcome(i >= failed, {"event": 1}, {"event": 1}) for i in range(122)]
+        outcomes += [outcome(False, {"near": 1}, {}, split="seen") for _ in range(24)]
+        return suite_result(suite=suites_select(codes=["B"])[0], outcomes=outcomes).pass_rate_held
+
+    assert (held(5), held(6)) == (True, False)
 
 
 # ------------------------------------------------------------- against the real service
@@ -779,16 +1019,25 @@ def test_a_recall_that_ranks_the_wrong_way_round_is_R3(eager):
 def test_a_recall_that_never_abstains_makes_false_memories_and_one_that_always_does_forgets(
     eager,
 ):
-    specs, outcomes = run_small(NeverAbstains(InProcessTransport()), b1=2, b4=6)
-    assert [o.failure_code for o in outcomes] == ["", ""] + ["R3"] * 6
+    specs, outcomes = run_small(NeverAbstains(InProcessTransport()), b1=2, b4=6, b5=4)
+    assert [o.failure_code for o in outcomes] == ["", ""] + ["R3"] * 10
     assert all("a false memory: offered episode" in o.detail for o in outcomes[2:])
-    assert summarize(outcomes).metrics["false_memory_rate"] == 1.0
-    specs, outcomes = run_small(AlwaysAbstains(InProcessTransport()), b1=2, b2=1, b3=1, b4=2)
-    assert failures(outcomes) == [
-        ("R2", f"{q['q']} {q['text']!r}: the recall abstained, but the memory is there")
-        for s in specs[:4]
-        for q in s.data["questions"]
-    ] + [("", ""), ("", "")]
+    metrics = summarize(outcomes).metrics
+    assert (
+        metrics["false_memory_rate"],
+        metrics["near_domain_abstention_rate"],
+        metrics["near_domain_abstention_rate_held_out"],
+    ) == (1.0, 0.0, 0.0)
+    specs, outcomes = run_small(AlwaysAbstains(InProcessTransport()), b1=2, b2=1, b3=1, b4=2, b5=2)
+    assert (
+        failures(outcomes)
+        == [
+            ("R2", f"{q['q']} {q['text']!r}: the recall abstained, but the memory is there")
+            for s in specs[:4]
+            for q in s.data["questions"]
+        ]
+        + [("", "")] * 4
+    )
 
 
 @pytest.mark.slow
@@ -855,7 +1104,7 @@ def battery(*args: str) -> str:
 def test_battery_run_suite_B_exits_non_zero_when_recall_never_abstains(
     eager, monkeypatch, tmp_path
 ):
-    monkeypatch.setattr(draw, "COUNTS", {"b1": 2, "b2": 1, "b3": 1, "b4": 4})
+    monkeypatch.setattr(draw, "COUNTS", {"b1": 2, "b2": 1, "b3": 1, "b4": 4, "b5": 2})
     monkeypatch.setattr(
         "battery.services.transport_open",
         lambda base_url, via=None: NeverAbstains(InProcessTransport()),
@@ -865,10 +1114,10 @@ def test_battery_run_suite_B_exits_non_zero_when_recall_never_abstains(
     run = BatteryRun.objects.get()
     assert (caught.value.returncode, run.status) == (1, "failed")
     assert [g["name"] for g in run.gates if not g["passed"] and not g["fail_closed"]] == [
-        "B pass rate >= 95%",
+        "B pass rate >= 80%",
         "B false_memory_rate <= 0.02",
     ]
-    assert Counter(run.items.values_list("failure_code", flat=True)) == {"": 4, "R3": 4}
+    assert Counter(run.items.values_list("failure_code", flat=True)) == {"": 4, "R3": 6}
 
 
 @pytest.mark.slow
@@ -880,19 +1129,25 @@ def test_battery_run_suite_B_passes_its_gates_with_a_real_worker(celery_worker_p
     assert (run.status, run.suites, suite["items"], suite["gate_passed"]) == (
         "incomplete",
         ["B"],
-        122,
+        146,
         True,
     ), output
     assert [(g["name"], g["passed"]) for g in run.gates if g["kind"] != "cap"] == [
-        ("B pass rate >= 95%", True),
+        ("B pass rate >= 80%", True),
         ("B event_recall >= 0.95", True),
         ("B disambiguation_accuracy >= 0.95", True),
+        ("B synthesis_accuracy >= 0.95", True),
         ("B false_memory_rate <= 0.02", True),
     ]
+    # Measured, not gated (judge.PASS_RATE_GATE says what the service reached).
+    assert {"near_domain_abstention_rate", "near_domain_abstention_rate_held_out"} <= set(
+        suite["metrics"]
+    )
     report = json.loads((tmp_path / "report.json").read_text())
     assert Counter(i["metrics"]["kind"] for i in report["items"]) == {
         "B1": 40,
         "B2": 20,
         "B3": 12,
         "B4": 50,
+        "B5": 24,
     }

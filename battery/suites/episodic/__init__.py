@@ -1,14 +1,16 @@
 """Suite B — episodic memory (DESIGN.md §5, §9), driven through the episodes
 and recall APIs as an agent would, on the agent's simulated clock.
 
-A seeded draw (draw.py) makes 122 items of four kinds around ~160 routine
+A seeded draw (draw.py) makes 146 items of five kinds around ~160 routine
 episodes: B1 event recall (who, when, what, how it ended) asked by a
 successor session after the thread was handed over and 24 h or 72 h went
 by, half of them in words the episode does not use; B2 five near-identical
 episodes differing in one feature the question names (the right one must
 rank first); B3 a matter worked on over several sessions (every episode
 back, grouped by session, in time order); B4 questions about events that
-never happened (the answer must abstain).
+never happened, in words nothing in the run uses, and B5 in the run's own
+words (its people, systems and operations put together into an event that
+did not occur, near.py): both must abstain.
 
 One throwaway agent of its own holds every item's world. `prepare` walks the
 timeline: at T0 it writes the past (`POST /episodes`, batches of up to
@@ -39,9 +41,12 @@ from .judge import (
     DISAMBIGUATION_GATE,
     EVENT_RECALL_GATE,
     FALSE_MEMORY_GATE,
+    PASS_RATE_GATE,
+    SYNTHESIS_GATE,
     judge_abstain,
     judge_disambiguation,
     judge_event,
+    judge_near,
     judge_synthesis,
     summarize,
 )
@@ -61,15 +66,16 @@ suite = register(
             "Events recalled with who, when, what and how they ended by a successor session "
             "after 24 h or 72 h, in the event's words or in others; near-identical episodes told "
             "apart by the feature asked about; a matter gathered from several sessions; and no "
-            "answer about what never happened: 122 items drawn from the seed, on a simulated "
-            "clock."
+            "answer about what never happened, however near it is to what did: 146 items drawn "
+            "from the seed, on a simulated clock."
         ),
         weight=15,
-        gate=EVENT_RECALL_GATE,
+        gate=PASS_RATE_GATE,
         summarize=summarize,
         metric_gates=(
             MetricGate("event_recall", minimum=EVENT_RECALL_GATE),
             MetricGate("disambiguation_accuracy", minimum=DISAMBIGUATION_GATE),
+            MetricGate("synthesis_accuracy", minimum=SYNTHESIS_GATE),
             MetricGate("false_memory_rate", maximum=FALSE_MEMORY_GATE),
         ),
     )
@@ -249,6 +255,10 @@ def _judge(world: World, spec: ItemSpec, index: int, question: dict[str, Any]) -
     if q == "abstain":
         return judge_abstain(answer)
     ids = world.ids
+    if q == "near":
+        return judge_near(
+            answer, {ids[ref]: what for ref, what in question["borrows"].items() if ref in ids}
+        )
     if q == "event":
         ref = question["expects"][0]
         return judge_event(answer, ids[ref], world.written[ref])

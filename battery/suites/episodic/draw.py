@@ -24,7 +24,10 @@ content word with the episode it is about (`lexemes`, an approximation of
 PostgreSQL's english configuration: its stop words, and words compared by a
 crude stem that finds more overlap than there is; battery/tests check the
 same with PostgreSQL's own to_tsvector).
-B4's questions share no content word with anything the run writes.
+B4's questions share no content word with anything the run writes; B5's
+are built from it (near.py): a system the run wrote about, with its people,
+and one of the run's own operations nobody did to it, or one of the run's
+incidents moved onto another of its systems.
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ from typing import Any
 
 from ...registry import ItemSpec
 from ...taxonomy import FailureCode as F
+from . import near
 
-COUNTS = {"b1": 40, "b2": 20, "b3": 12, "b4": 50}
+COUNTS = {"b1": 40, "b2": 20, "b3": 12, "b4": 50, "b5": 24}
 NOISE = 160  # routine episodes around the items
 
 # In the past, so that whichever clock recall reads — the agent's simulated
@@ -53,7 +57,7 @@ PHASE_TIMES = (T0, T1, T2)
 PHASE_OF_DELAY = {"24h": 1, "72h": 2}
 ACTOR = "battery-reference-agent"
 
-METRICS = ("event", "handover", "disambiguation", "synthesis", "abstain")
+METRICS = ("event", "handover", "disambiguation", "synthesis", "abstain", "near")
 
 # PostgreSQL's english.stop (tsearch_data), the words full text ignores.
 STOP_WORDS = frozenset(
@@ -1063,6 +1067,127 @@ def b4_never(draw: Draw, count: int) -> list[ItemSpec]:
     return specs
 
 
+# ------------------------------------------------ B5 near-domain false memories
+
+
+def _words(episode: dict[str, Any]) -> str:
+    """What an episode says, lower-cased, for the patterns of near.py."""
+    fields = [episode.get(name, "") for name in ("summary", "action", "observation")]
+    return " ".join([*fields, *episode.get("entities", ())]).lower()
+
+
+def known_systems(episodes: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every system of SYSTEMS the episodes mention: the refs of those that do
+    (an item's own first, routine work after), the PEOPLE who did them, and
+    the operations (near.FAMILIES) any of them tells of."""
+    known: dict[str, dict[str, Any]] = {}
+    for episode in sorted(episodes, key=lambda e: bool(e.get("routine"))):
+        words = _words(episode)
+        for system in SYSTEMS:
+            if not re.search(rf"(?<!\w){re.escape(system.lower())}(?!\w)", words):
+                continue
+            entry = known.setdefault(
+                system, {"refs": [], "actors": [], "done": set(), "own": False}
+            )
+            entry["refs"].append(episode["ref"])
+            entry["own"] |= not episode.get("routine")
+            if episode["actor"] in PEOPLE and episode["actor"] not in entry["actors"]:
+                entry["actors"].append(episode["actor"])
+            entry["done"] |= near.done_families(words)
+    return known
+
+
+def b5_near(
+    draw: Draw, count: int, specs: list[ItemSpec], background: list[dict[str, Any]]
+) -> list[ItemSpec]:
+    """Questions about events that never happened, in the run's own words
+    (near.py): half seen, half held out; in each, half a known system with
+    its person and an operation nobody did to it (`action`), half a real
+    incident moved onto another known system (`incident`; an `action`
+    instead when the run wrote no incident of that split). The answer must
+    be that there is no supporting memory."""
+    if not count:
+        return []
+    rng = draw.rng
+    episodes = [e for spec in specs for e in spec.data["episodes"]] + list(background)
+    known = known_systems(episodes)
+    if not known:
+        raise ValueError("suite B: B5 needs episodes about the run's systems")
+    systems = sorted(known)
+    rng.shuffle(systems)
+    systems.sort(key=lambda name: not known[name]["own"])  # the items' own systems first
+    incidents: dict[str, list[dict[str, Any]]] = {split: [] for split in near.SPLITS}
+    for episode in episodes:
+        told = near.INCIDENTS.get(episode["entities"][0]) if episode["entities"] else None
+        if told is not None and not episode.get("routine"):
+            incidents[told["split"]].append(episode)
+    for split in near.SPLITS:
+        rng.shuffle(incidents[split])
+    specs_b5 = []
+    turn = 0
+    used = dict.fromkeys(near.FAMILIES, 0)
+    dealt = dict.fromkeys(near.SPLITS, 0)
+    for number in range(1, count + 1):
+        split = near.SEEN if number % 2 == 1 else near.HELD_OUT
+        twist = near.TWISTS[(number - 1) // 2 % 2]
+        if twist == "incident" and not incidents[split]:
+            twist = "action"
+        system = systems[turn % len(systems)]
+        turn += 1
+        entry = known[system]
+        actor = entry["actors"][0] if entry["actors"] else rng.choice(PEOPLE)
+        slots = {"actor": actor, "system": system}
+        if twist == "action":
+            free = sorted(set(near.FAMILIES) - entry["done"])
+            if not free:
+                raise ValueError(f"suite B: every operation was done to the {system}")
+            fewest = min(used[f] for f in free)  # every operation asked about in turn
+            family = rng.choice([f for f in free if used[f] == fewest])
+            used[family] += 1
+            event = near.FAMILIES[family][split].format(**slots)
+            borrows = dict.fromkeys(entry["refs"][:3], f"real episode about the {system}")
+            told = {"family": family}
+        else:
+            incident = incidents[split][dealt[split] % len(incidents[split])]
+            dealt[split] += 1
+            own_words = episode_lexemes(incident)
+            # onto a system that shares no word with the incident's episode
+            while lexemes(system) & own_words:
+                system = systems[turn % len(systems)]
+                turn += 1
+            slots["system"] = system
+            event = near.INCIDENTS[incident["entities"][0]]["event"].format(**slots)
+            borrows = {
+                incident["ref"]: "real incident",
+                **dict.fromkeys(known[system]["refs"][:2], f"real episode about the {system}"),
+            }
+            told = {"incident": incident["entities"][0]}
+        question = {
+            "q": "near",
+            "metric": "near",
+            "phase": 2,
+            "text": rng.choice(near.TEMPLATES[split]).format(event=event),
+            "expects": [],
+            "twist": twist,
+            "split": split,
+            "system": system,
+            "borrows": borrows,
+            **told,
+        }
+        specs_b5.append(
+            _spec(
+                "b5",
+                number,
+                f"B5 a near-domain event that never happened ({twist}, {split})",
+                F.R3,
+                {"episodes": [], "questions": [question]},
+                twist=twist,
+                split=split,
+            )
+        )
+    return specs_b5
+
+
 # -------------------------------------------------------------- routine noise
 
 
@@ -1108,9 +1233,10 @@ def world_lexemes(specs: Iterable[ItemSpec], noise: Iterable[dict[str, Any]]) ->
 def generate(
     rng: random.Random, counts: dict[str, int] | None = None, *, noise: int | None = None
 ) -> list[ItemSpec]:
-    """Every item of a run, B1 to B4, in that order. The routine episodes are
+    """Every item of a run, B1 to B5, in that order. The routine episodes are
     dealt out over the items' `episodes` (marked `routine`), so each is
-    written once, with the item it rides on."""
+    written once, with the item it rides on. B5 is drawn last, from what the
+    rest writes (so B1-B4 and the routine work are the same with or without it)."""
     counts = {**COUNTS, **(counts or {})}
     draw = Draw(rng)
     specs = [
@@ -1120,6 +1246,7 @@ def generate(
         *b4_never(draw, counts["b4"]),
     ]
     background = routine(draw, NOISE if noise is None else noise)
+    specs += b5_near(draw, counts["b5"], specs, background)
     vocabulary = world_lexemes(specs, background)
     for spec in specs:
         for question in spec.data["questions"]:
@@ -1127,6 +1254,8 @@ def generate(
                 raise ValueError(
                     f"B4 question {question['text']!r} shares {sorted(shared)} with the world"
                 )
+            if question["q"] == "near" and not lexemes(question["system"]) <= vocabulary:
+                raise ValueError(f"B5 question {question['text']!r} names an unknown system")
     for index, episode in enumerate(background if specs else ()):
         specs[index % len(specs)].data["episodes"].append({**episode, "routine": True})
     return specs

@@ -13,8 +13,9 @@ look-alike R3; missing R2.
 A synthesis question (B3): every episode among the evidence (R2 for those
 missing), each in the group of its own session (A0 when in none, U0 under
 another), each group in time order (U0).
-A question about what never happened (B4): anything offered is a false
-memory, R3; no evidence without saying it abstained, U0.
+A question about what never happened (B4, off-domain; B5, near-domain):
+anything offered is a false memory, R3; no evidence without saying it
+abstained, U0.
 
 The suite's metrics count questions, not items: an item that could not ask
 counts every question it planned as wrong (so as a false memory, for B4).
@@ -34,6 +35,17 @@ EVENT_DEPTH = 3  # an event must be among the first three pieces of evidence
 EVENT_RECALL_GATE = 0.95
 DISAMBIGUATION_GATE = 0.95
 FALSE_MEMORY_GATE = 0.02
+SYNTHESIS_GATE = 0.95
+# B5 (near-domain never-happened events) is measured, not gated: with the
+# calibrated threshold of the default embedder (cosine >= 0.4429) the service
+# refused 2/12, 0/12, 1/12 and 1/12 of the seen phrasings at seeds 3, 7, 8
+# and 11 (held out: 1, 1, 4 and 2 of 12) when the family was added (issue
+# 20). Rounded down over seeds that is 0, and a gate at 0 cannot fail.
+# Its false memories still fail their items, so the suite's pass rate is a
+# floor below them (PASS_RATE_GATE): B5's 24 of 146 items all failing leave
+# room for 5 more failures, about the 5% the 122 other items had before; each
+# other family keeps its own gate.
+PASS_RATE_GATE = 0.80
 EVENT_FIELDS = ("actor", "occurred_at", "action", "outcome")
 
 
@@ -164,12 +176,34 @@ def judge_abstain(answer: Answer) -> Verdict:
     )
 
 
+def judge_near(answer: Answer, borrowed: Mapping[str, str]) -> Verdict:
+    """B5: a never-happened event told in the run's own words; as B4, the only
+    right answer is no supporting memory with nothing offered. `borrowed` maps
+    the ids of the real episodes the question borrows its words from to what
+    they are, to say which one was offered.
+
+    An episode offered is R3 ("a stale or irrelevant memory outranked it"),
+    not U0 (DESIGN §9): the decision that failed is retrieval's — the
+    evidence score of an episode about something else cleared the
+    abstention threshold, so it took the place of "no supporting memory".
+    Nothing right was retrieved and then misused; U0 stays for an answer
+    that offers nothing and does not say it abstained."""
+    verdict = judge_abstain(answer)
+    if verdict.ok or not answer.evidence:
+        return verdict
+    offered = answer.evidence[0]
+    if offered.id in borrowed:
+        return miss(F.R3, f"{verdict.detail} (the {borrowed[offered.id]} it borrows words from)")
+    return verdict
+
+
 def summarize(outcomes: Sequence[ItemOutcome]) -> SuiteSummary:
     """event_recall: B1 events found with their details, over every one asked
     (also for the paraphrased ones and the 72 h-old ones alone);
     disambiguation_accuracy: B2's right episode first; synthesis_accuracy: B3
     matters brought back whole and grouped; false_memory_rate: B4 questions
-    that did not abstain."""
+    that did not abstain; near_domain_abstention_rate: B5 questions in the
+    seen phrasings that abstained (`_held_out`: in the held-out ones)."""
     planned, correct = counted(outcomes)
     metrics: dict[str, float] = {}
 
@@ -193,6 +227,12 @@ def summarize(outcomes: Sequence[ItemOutcome]) -> SuiteSummary:
     add("event_recall_72h", rate("event", [o for o in outcomes if o.metrics.get("delay") == "72h"]))
     add("disambiguation_accuracy", rate("disambiguation"))
     add("synthesis_accuracy", rate("synthesis"))
+    near = {
+        split: [o for o in outcomes if o.metrics.get("split") == split]
+        for split in ("seen", "held_out")
+    }
+    add("near_domain_abstention_rate", rate("near", near["seen"]))
+    add("near_domain_abstention_rate_held_out", rate("near", near["held_out"]))
     if planned["abstain"]:
         metrics["false_memory_rate"] = (planned["abstain"] - correct["abstain"]) / planned[
             "abstain"
