@@ -144,6 +144,32 @@ def test_the_duplicate_filter_and_link(admin_client, rows):
     assert reverse("admin:episodes_episode_change", args=[oom.pk]) in page.content.decode()
 
 
+def test_the_status_filter_and_the_version_links(admin_client, rows):
+    from episodes.services import episode_correct, episode_retract
+
+    oom, deploy = rows["episode"], rows["deploy"]
+    new = episode_correct(
+        agent=oom.agent, episode_id=oom.pk, changes={"summary": "batch job was OOM-killed"}
+    )
+    episode_retract(agent=deploy.agent, episode_id=deploy.pk, reason="a dry run")
+    url = reverse("admin:episodes_episode_changelist")
+
+    def listed(status):
+        return [e.pk for e in admin_client.get(url, {"status": status}).context["cl"].result_list]
+
+    assert (listed("active"), listed("corrected"), listed("retracted")) == (
+        [new.pk],
+        [oom.pk],
+        [deploy.pk],
+    )
+    old_page = admin_client.get(reverse("admin:episodes_episode_change", args=[oom.pk]))
+    assert reverse("admin:episodes_episode_change", args=[new.pk]) in old_page.content.decode()
+    new_page = admin_client.get(reverse("admin:episodes_episode_change", args=[new.pk]))
+    assert reverse("admin:episodes_episode_change", args=[oom.pk]) in new_page.content.decode()
+    retracted = admin_client.get(reverse("admin:episodes_episode_change", args=[deploy.pk]))
+    assert "a dry run" in retracted.content.decode()
+
+
 def test_chunk_filters_and_search(admin_client, rows):
     url = reverse("admin:episodes_sourcechunk_changelist")
     assert admin_client.get(url, {"q": '"Paragraph 2 sentence 0"'}).context["cl"].result_count == 1

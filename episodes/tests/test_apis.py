@@ -556,6 +556,129 @@ class TestDetail:
         assert response.status_code == 401
 
 
+# ------------------------------------------------------- retract and correct
+
+
+class TestRetractAndCorrect:
+    def test_retract_then_read_it_by_id(self, client_a):
+        episode = EpisodeFactory(agent=client_a.agent, summary="A test alarm fired")
+        url = f"/api/v1/episodes/{episode.pk}/retract"
+        response = post(client_a, url, {"reason": "it was a drill"})
+        assert response.status_code == 200, response.json()
+        assert response.json() == episode_body(episode.pk)
+        assert (response.json()["status"], response.json()["status_reason"]) == (
+            "retracted",
+            "it was a drill",
+        )
+        assert client_a.get(f"/api/v1/episodes/{episode.pk}").json() == episode_body(episode.pk)
+        assert ids(client_a.get("/api/v1/episodes")) == []
+        assert ids(client_a.get("/api/v1/episodes", {"status": "retracted"})) == [str(episode.pk)]
+        again = post(client_a, url, {"reason": "again"})
+        assert again.status_code == 409
+        assert again.json() == error(
+            "not_current",
+            f"episode {episode.pk} was retracted, it is not the current version",
+            {"status": "retracted", "superseded_by": ""},
+        )
+
+    def test_correct_answers_the_new_version(self, client_a):
+        episode = EpisodeFactory(agent=client_a.agent, summary="The export failed on db-7")
+        response = post(
+            client_a,
+            f"/api/v1/episodes/{episode.pk}/correct",
+            {"summary": "The export failed on db-2", "outcome": "failure", "reason": "typo"},
+        )
+        assert response.status_code == 201, response.json()
+        new_id = response.json()["id"]
+        assert response.json() == episode_body(new_id)
+        assert (response.json()["supersedes"], response.json()["summary"]) == (
+            str(episode.pk),
+            "The export failed on db-2",
+        )
+        old = client_a.get(f"/api/v1/episodes/{episode.pk}").json()
+        assert (old["status"], old["superseded_by"], old["status_reason"], old["summary"]) == (
+            "corrected",
+            new_id,
+            "typo",
+            "The export failed on db-7",
+        )
+        assert ids(client_a.get("/api/v1/episodes")) == [new_id]
+        assert set(ids(client_a.get("/api/v1/episodes", {"status": "all"}))) == {
+            new_id,
+            str(episode.pk),
+        }
+        stale = post(client_a, f"/api/v1/episodes/{episode.pk}/correct", {"summary": "x"})
+        assert stale.status_code == 409
+        assert stale.json()["error"]["details"] == {"status": "corrected", "superseded_by": new_id}
+
+    def test_a_retry_with_the_same_key_replays_and_writes_nothing(self, client_a):
+        episode = EpisodeFactory(agent=client_a.agent)
+        for path, body in (
+            ("correct", {"summary": "fixed"}),
+            ("retract", {"reason": "never happened"}),
+        ):
+            target = episode.pk if path == "correct" else Episode.objects.get(status="active").pk
+            url = f"/api/v1/episodes/{target}/{path}"
+            first = post(client_a, url, body, HTTP_IDEMPOTENCY_KEY=f"k-{path}")
+            assert first.status_code in (200, 201), first.json()
+            before = memory_state()
+            again = post(client_a, url, body, HTTP_IDEMPOTENCY_KEY=f"k-{path}")
+            assert (again.status_code, again.json()) == (first.status_code, first.json())
+            assert again["Idempotent-Replayed"] == "true"
+            assert memory_state() == before
+
+    @pytest.mark.parametrize(
+        ("path", "body", "status", "code", "details"),
+        [
+            ("retract", {}, 400, "invalid", {"reason": ["This field is required."]}),
+            (
+                "retract",
+                {"reason": ""},
+                400,
+                "invalid",
+                {"reason": ["This field may not be blank."]},
+            ),
+            ("retract", {"reason": "x", "when": "now"}, 400, "invalid", None),
+            ("correct", {}, 400, "nothing_changed", None),
+            ("correct", {"summary": "as it was"}, 400, "nothing_changed", None),
+            ("correct", {"session_id": "s-9"}, 400, "invalid", None),
+            ("correct", {"outcome": "bogus"}, 400, "invalid", None),
+            ("correct", {"summary": "", "action": ""}, 400, "invalid", None),
+            ("correct", {"summary": 7}, 400, "invalid", None),
+        ],
+    )
+    def test_bad_input_writes_nothing(self, client_a, path, body, status, code, details):
+        episode = EpisodeFactory(agent=client_a.agent, summary="as it was")
+        before = memory_state()
+        response = post(client_a, f"/api/v1/episodes/{episode.pk}/{path}", body)
+        assert response.status_code == status, response.json()
+        assert response.json()["error"]["code"] == code
+        if details is not None:
+            assert response.json()["error"]["details"] == details
+        assert memory_state() == before
+
+    @pytest.mark.parametrize(
+        ("path", "body"), [("retract", {"reason": "x"}), ("correct", {"summary": "x"})]
+    )
+    def test_another_agents_or_an_unknown_episode_is_404(self, client_a, client_b, path, body):
+        theirs = EpisodeFactory(agent=client_b.agent)
+        before = memory_state()
+        for episode_id in (theirs.pk, uuid.uuid4()):
+            response = post(client_a, f"/api/v1/episodes/{episode_id}/{path}", body)
+            assert response.status_code == 404
+            assert response.json() == error("not_found", f"episode {episode_id} not found")
+        assert memory_state() == before
+
+    def test_a_read_only_key_cannot_retract_or_correct(self, db):
+        reader = make_client("reader", scopes=(Scope.READ,))
+        episode = EpisodeFactory(agent=reader.agent)
+        before = memory_state()
+        for path, body in (("retract", {"reason": "x"}), ("correct", {"summary": "x"})):
+            response = post(reader, f"/api/v1/episodes/{episode.pk}/{path}", body)
+            assert response.status_code == 403
+        assert memory_state() == before
+
+
 # ------------------------------------------------------------------------- sources
 
 DOC = "\n\n".join(
