@@ -19,7 +19,10 @@ module knows how to aim at it (PATH_IDS, BODIES, LIST_QUERIES).
 from __future__ import annotations
 
 import json
+import statistics
+import time
 import uuid
+from urllib.parse import urlencode
 
 import pytest
 
@@ -146,10 +149,11 @@ def outcome(response, replace: dict[str, str]) -> tuple:
     return response.status_code, response.get("Content-Type"), body
 
 
-def assert_no_leak(response, a_ids: set[str], allowed: str = "") -> None:
+def assert_no_leak(response, a_ids: set[str], allowed: str | list[str] = ()) -> None:
+    """Nothing of A's in an answer to B but what B sent (a message may echo it)."""
     text = response.content.decode()
-    if allowed:
-        text = text.replace(allowed, "<aimed at>")
+    for value in sorted([allowed] if isinstance(allowed, str) else allowed, key=len)[::-1]:
+        text = text.replace(value, "<sent>").replace(value.lower(), "<sent>")
     leaked = sorted(i for i in a_ids if i in text)
     assert not leaked and MARK not in text.lower(), (response.request["PATH_INFO"], text[:800])
 
@@ -230,19 +234,20 @@ BODY_REFERENCES = [
         {"description": "b", "trigger_type": "manual", "dependencies": ["{intention}"]},
     ),
     ("POST", "context", {"task": "b", "thread_id": "{thread}"}),
-    ("POST", "recall/decisions", {"decision": "looked", "trace": "{recall_trace}"}),
+    ("POST", "recall/decisions", {"task": "b", "looked": True, "trace": "{recall_trace}"}),
     ("POST", "erasure", {"source_id": "{source}", "reason": "b", "dry_run": True}),
     ("POST", "erasure", {"event_ids": ["{event}"], "reason": "b", "dry_run": True}),
     ("POST", "erasure", {"subject": "{entity}", "reason": "b", "dry_run": True}),
     ("POST", "recall", {"query": "b", "filters": {"source_id": "{source}"}}),
+    ("GET", "threads/{thread}/state?version=1", None),
 ]
 
 
 def fill(template, values: dict[str, str]):
-    text = json.dumps(template)
+    text = template if isinstance(template, str) else json.dumps(template)
     for kind, value in values.items():
         text = text.replace("{" + kind + "}", value)
-    return json.loads(text)
+    return text if isinstance(template, str) else json.loads(text)
 
 
 def test_ids_of_another_agent_in_a_body_are_made_up_ids(world):
@@ -253,10 +258,264 @@ def test_ids_of_another_agent_in_a_body_are_made_up_ids(world):
     for method, route, template in BODY_REFERENCES:
         made_up = {kind: random_value(kind) for kind in ids}
         replace = {v: f"<{k}>" for k, v in ids.items()} | {v: f"<{k}>" for k, v in made_up.items()}
-        theirs = send(attacker, method, f"/api/v1/{route}", fill(template, made_up))
-        aimed = send(attacker, method, f"/api/v1/{route}", fill(template, ids))
-        if outcome(aimed, replace) != outcome(theirs, replace):
-            differences.append((route, template, outcome(aimed, replace), outcome(theirs, replace)))
-        assert_no_leak(aimed, a_ids - set(ids.values()))
+        theirs = send(attacker, method, "/api/v1/" + fill(route, made_up), fill(template, made_up))
+        aimed = send(attacker, method, "/api/v1/" + fill(route, ids), fill(template, ids))
+        got = [outcome_of_read(r, replace) for r in (aimed, theirs)]
+        if got[0] != got[1]:
+            differences.append((route, template, *got))
+        assert_no_leak(aimed, a_ids - set(ids.values()), allowed=list(ids.values()))
     assert differences == []
     assert snapshot(victim.agent) == before
+
+
+# ------------------------------------------------------------ lists, searches, lookups
+
+T = "2026-11-30T00:00:00Z"
+# Every list, search or lookup (a GET without a path id, or a read sent as a POST),
+# with A's names, sessions, subjects and ids as filters. {name} is A's value or a
+# made-up one. An endpoint not here fails test_every_list_is_attacked.
+LIST_QUERIES: dict[tuple[str, str], list[dict]] = {
+    ("agent", "GET"): [{}],
+    ("keys", "GET"): [{}],
+    ("events", "GET"): [{"session_id": "{session}"}, {"actor": "{actor}"}, {}],
+    ("sources", "GET"): [{}],
+    ("entities", "GET"): [{}],
+    ("entities/search", "GET"): [{"q": "{entity_name}"}, {"q": "{alias}"}],
+    ("predicates", "GET"): [{}],
+    ("facts/authority-order", "GET"): [{}],
+    ("facts/current", "GET"): [
+        {"subject": "{entity_name}"},
+        {"subject": "{entity}"},
+        {"subject": "{alias}", "predicate": "{predicate}"},
+    ],
+    ("facts/as-of", "GET"): [{"subject": "{entity_name}", "valid_time": T}],
+    ("facts/as-known-at", "GET"): [{"subject": "{entity_name}", "valid_time": T, "record_time": T}],
+    ("facts/chain", "GET"): [{"subject": "{entity_name}", "predicate": "{predicate}"}],
+    ("facts/contested", "GET"): [{}],
+    ("graph/paths", "GET"): [{"start": "{entity_name}"}, {"start": "{entity}"}],
+    ("skills", "GET"): [{"name": "{skill_name}"}, {}],
+    ("skills/traces", "GET"): [{"session_id": "{session}"}, {}],
+    ("threads", "GET"): [{}],
+    ("intentions", "GET"): [{"thread": "{thread}"}, {}],
+    ("intentions/due", "GET"): [{"thread": "{thread}"}, {}],
+    ("webhook", "GET"): [{}],
+    ("clock", "GET"): [{}],
+    ("consolidation/runs", "GET"): [{}],
+    ("consolidation/candidates", "GET"): [{"subject": "{person}"}, {"run": "{run}"}, {}],
+    ("consolidation/skill-candidates", "GET"): [{"run": "{run}"}, {}],
+    ("carry-over", "GET"): [{}],
+    ("erasure", "GET"): [{}],
+    ("retention-policies", "GET"): [{}],
+    ("episodes", "GET"): [{"session_id": "{session}"}, {"actor": "{actor}"}, {}],
+    ("episodes/search", "GET"): [{"q": "{text}"}, {"q": "{text}", "session_id": "{session}"}],
+    ("sources/search", "GET"): [{"q": "{text}"}, {"q": "{text}", "source_id": "{source}"}],
+    ("skills/match", "POST"): [{"task": "compute the {skill_name} checksum of a record"}],
+    ("recall", "POST"): [{"query": "Where is {entity_name} located?"}, {"query": "{text}"}],
+    ("context", "POST"): [{"task": "{text}", "session_id": "{session}"}],
+}
+# Writes without a path id: what they answer is B's own (BODY_REFERENCES and the
+# idempotency test aim A's ids and keys at them).
+NOT_A_READ = {
+    ("keys", "POST"),
+    ("events", "POST"),
+    ("sources", "POST"),
+    ("entities", "POST"),
+    ("facts", "POST"),
+    ("facts/authority-order", "PUT"),
+    ("skills", "POST"),
+    ("skills/traces", "POST"),
+    ("threads", "POST"),
+    ("intentions", "POST"),
+    ("intentions/tick", "POST"),
+    ("webhook", "PUT"),
+    ("webhook", "DELETE"),
+    ("clock", "PUT"),
+    ("clock", "DELETE"),
+    ("consolidation/runs", "POST"),
+    ("recall/decisions", "POST"),
+    ("erasure", "POST"),
+    ("retention-policies", "POST"),
+    ("episodes", "POST"),
+    ("sources/ingest", "POST"),
+}
+
+
+def a_values(ids: dict[str, str]) -> dict[str, str]:
+    from piper.api.tests.isolation import SKILL
+
+    return {
+        **ids,
+        "session": f"{MARK}-session",
+        "actor": f"{MARK}-actor",
+        "entity_name": f"{MARK} Corp",
+        "alias": f"{MARK}-co",
+        "person": f"Alice {MARK.title()}",
+        "skill_name": SKILL["name"],
+        "text": f"{MARK} Corp moved to Berlin",
+    }
+
+
+def made_up_values(values: dict[str, str]) -> dict[str, str]:
+    """A made-up id for each of A's ids; A's names and texts as they are (asked before
+    A wrote them, they are the baseline of what B sees when A does not exist)."""
+    return {k: str(uuid.uuid4()) if _is_uuid(v) else v for k, v in values.items()}
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+VOLATILE = {"latency_ms", "age_seconds", "elapsed_ms", "duration_ms"}
+
+
+def shape(value):
+    """An answer with what differs between two identical requests blanked: ids
+    (B's new trace of each read), times and timings."""
+    if isinstance(value, dict):
+        return {k: "<n>" if k in VOLATILE else shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shape(v) for v in value]
+    if isinstance(value, str) and (_is_uuid(value) or value[:4].isdigit() and "T" in value):
+        return "<id or time>"
+    return value
+
+
+def read(client, method: str, route: str, query: dict):
+    if method == "GET":
+        return client.get(f"/api/v1/{route}?{urlencode(query)}" if query else f"/api/v1/{route}")
+    return send(client, method, f"/api/v1/{route}", query)
+
+
+def test_every_list_is_attacked():
+    found = {(e.route, m) for e in api_endpoints() if not e.kwargs for m in e.methods}
+    missing = found - set(LIST_QUERIES) - NOT_A_READ
+    assert not missing, f"add these to LIST_QUERIES (or NOT_A_READ): {sorted(missing)}"
+    assert not (set(LIST_QUERIES) | NOT_A_READ) - found
+
+
+def test_lists_and_searches_with_another_agents_filters_find_nothing():
+    """B asks every list, search and lookup with A's names and texts before A wrote
+    them and after; with made-up ids before, A's ids after: the answers are the same,
+    and nothing of A's shows."""
+    victim, attacker = make_victim(), make_attacker()
+    kinds = set(PATH_IDS.values())
+    made_up = made_up_values(a_values({kind: str(uuid.uuid4()) for kind in kinds}))
+    baseline = {
+        (route, method, n): read(attacker, method, route, fill(query, made_up))
+        for (route, method), queries in LIST_QUERIES.items()
+        for n, query in enumerate(queries)
+    }
+    ids = build_world(victim)
+    assert set(ids) == kinds
+    before = snapshot(victim.agent)
+    a_ids = snapshot_ids(before)
+    mine = a_values(ids)
+    replace = {v: f"<{k}>" for k, v in mine.items()} | {v: f"<{k}>" for k, v in made_up.items()}
+    differences = []
+    for (route, method), queries in LIST_QUERIES.items():
+        for n, query in enumerate(queries):
+            aimed = read(attacker, method, route, fill(query, mine))
+            got = [outcome_of_read(r, replace) for r in (aimed, baseline[route, method, n])]
+            if got[0] != got[1]:
+                differences.append((method, route, query, *got))
+            assert_no_leak(aimed, a_ids - set(mine.values()), allowed=list(mine.values()))
+            assert aimed.status_code < 500
+    assert differences == []
+    assert snapshot(victim.agent) == before
+    assert len(baseline) >= 50
+
+
+def outcome_of_read(response, replace: dict[str, str]) -> tuple:
+    text = response.content.decode()
+    for value, placeholder in sorted(replace.items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(value, placeholder)
+    return response.status_code, shape(json.loads(text)) if text else None
+
+
+def test_another_agents_cursor_shows_nothing_of_theirs(world):
+    """A's `next` link, followed with B's key: B's own page (here empty), never A's."""
+    victim, attacker, ids = world
+    a_ids = snapshot_ids(snapshot(victim.agent))
+    followed = 0
+    for route, method in LIST_QUERIES:
+        if method != "GET":
+            continue
+        page = victim.get(f"/api/v1/{route}", {"limit": 1})
+        if (
+            page.status_code != 200
+            or not isinstance(page.json(), dict)
+            or not page.json().get("next")
+        ):
+            continue
+        response = attacker.get(page.json()["next"])
+        followed += 1
+        assert response.status_code == 200, (route, response.content[:300])
+        assert response.json()["results"] == [], route
+        assert_no_leak(response, a_ids)
+    assert followed >= 5
+
+
+def test_another_agents_idempotency_key_is_not_replayed(world):
+    """A wrote an event with Idempotency-Key shared-idempotency-key: B's write of the
+    same body with the same key is B's own, never A's stored answer."""
+    victim, attacker, ids = world
+    from ledger.models import Event
+
+    before = snapshot(victim.agent)
+    a_event = Event.objects.get(pk=ids["event"])
+    body = {
+        "event_type": a_event.event_type,
+        "occurred_at": "2026-11-29T09:00:00Z",
+        "session_id": a_event.session_id,
+        "actor": a_event.actor,
+        "source_type": "user_statement",
+        "payload": a_event.payload,
+    }
+    key = {"HTTP_IDEMPOTENCY_KEY": "shared-idempotency-key"}
+    first = send(attacker, "POST", "/api/v1/events", body, **key)
+    assert first.status_code == 201, first.content
+    assert "Idempotent-Replayed" not in first
+    assert first.json()["id"] != ids["event"]
+    assert Event.objects.get(pk=first.json()["id"]).agent == attacker.agent
+    again = send(attacker, "POST", "/api/v1/events", body, **key)
+    assert (again["Idempotent-Replayed"], again.json()) == ("true", first.json())
+    assert snapshot(victim.agent) == before
+
+
+def test_feedback_on_another_agents_trace_is_a_404(world):
+    victim, attacker, ids = world
+    before = snapshot(victim.agent)
+    response = send(
+        attacker,
+        "POST",
+        f"/api/v1/recall/{ids['recall_trace']}/feedback",
+        {"used": [], "outcome": "failure"},
+    )
+    assert (response.status_code, response.json()["error"]["code"]) == (404, "not_found")
+    assert snapshot(victim.agent) == before
+
+
+TIMED = ["events/{event}", "facts/{fact}", "recall/{recall_trace}", "threads/{thread}/state"]
+
+
+def test_another_agents_ids_take_no_longer_than_made_up_ones(world):
+    """A rough timing oracle: B's median time for A's id and for a made-up id are within
+    3x (plus 5 ms for a busy machine), interleaved so that load hits both alike."""
+    victim, attacker, ids = world
+    for template in TIMED:
+        aimed_times, made_up_times = [], []
+        for n in range(25):
+            made_up = {k: str(uuid.uuid4()) for k in ids}
+            pair = [(aimed_times, ids), (made_up_times, made_up)]
+            for times, values in pair if n % 2 else reversed(pair):
+                path = "/api/v1/" + template.format(**values)
+                started = time.perf_counter()
+                response = attacker.get(path)
+                times.append(time.perf_counter() - started)
+                assert response.status_code == 404
+        aimed, other = statistics.median(aimed_times), statistics.median(made_up_times)
+        assert aimed <= 3 * other + 0.005 and other <= 3 * aimed + 0.005, (template, aimed, other)
