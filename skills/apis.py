@@ -230,9 +230,11 @@ class VersionPromoteApi(_TransitionApi):
         parameters=[IDEMPOTENCY_KEY],
         summary="Promote one step, if the outcome evidence is there",
         description="candidate (or deprecated) → experimental: the latest examples validation "
-        "passed. experimental → validated: SKILLS_PROMOTION_SUCCESSES verified successful "
-        "executions, or one externally verified execution plus a passing hold-out replay "
-        "(validating deprecates the skill's earlier versions). Otherwise 409 evidence_missing "
+        "passed. experimental → validated needs evidence the author did not produce alone: a "
+        "successful externally verified run reported with another API key than the one that "
+        "wrote the version, or a passing drawn replay (inputs the service drew from the "
+        "parameter_schema, judged by the validator) plus SKILLS_PROMOTION_SUCCESSES verified "
+        "successful executions (validating deprecates the skill's earlier versions). Otherwise 409 evidence_missing "
         "with what is missing; 409 invalid_transition for validated or retired versions. "
         "Send from_status (the status you read) to take one step only: 409 stale_status when "
         "a concurrent promotion already moved the version.",

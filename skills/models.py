@@ -225,6 +225,7 @@ class VersionTransition(models.Model):
 class ValidationKind(models.TextChoices):
     EXAMPLES = "examples", "Examples (candidate → experimental)"
     HOLDOUT = "holdout", "Hold-out replay"
+    DRAWN = "drawn", "Drawn replay (inputs the service drew, judged by the validator)"
 
 
 class ValidationStatus(models.TextChoices):
@@ -246,6 +247,12 @@ class Validation(models.Model):
     )
     cases_total = models.PositiveIntegerField(default=0)
     cases_passed = models.PositiveIntegerField(default=0)
+    drawn_cases = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="A drawn replay's cases ({params}), drawn by the service when it was "
+        "requested; empty for examples and hold-out (the version holds those).",
+    )
     error = models.TextField(blank=True, default="")
     requested_by = models.CharField(max_length=200, blank=True, default="")
     source_event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")

@@ -4,9 +4,16 @@ Promotion needs outcome evidence, never a request alone:
 
 * candidate (or deprecated) → experimental: its latest examples validation
   passed in the sandbox;
-* experimental → validated: SKILLS_PROMOTION_SUCCESSES verified successful
-  executions (the validator passed, or the run was externally verified), or
-  one externally verified successful execution plus a passing hold-out replay.
+* experimental → validated: evidence the author did not produce alone —
+  either a successful, externally verified run reported with a different API
+  key than the one that wrote the version (a verifier: CI, a reviewer, another
+  service), or a passing *drawn* replay (the procedure run in the sandbox on
+  inputs the service drew from its parameter_schema, judged by its validator:
+  skills.drawing) together with SKILLS_PROMOTION_SUCCESSES verified
+  successful executions (the validator passed, or the run was externally
+  verified). The author's own validator on inputs the author chose, the
+  author's hold-out cases, or a self-reported `externally_verified` flag is
+  never enough on its own.
 
 A version that becomes validated deprecates the earlier versions of its skill
 ("superseded by vN"); they stay readable with all their executions. A
@@ -170,19 +177,44 @@ def _verified_successes(version: SkillVersion):
     ).filter(Q(validator_passed=True) | Q(externally_verified=True))
 
 
+def _author(version: SkillVersion) -> str:
+    """Who wrote the version: its ledger event's actor ("key:<prefix>" through the API)."""
+    return Event.objects.filter(pk=version.source_event_id).values_list("actor", flat=True).first()
+
+
+def independent_verifications(version: SkillVersion):
+    """Successful, externally verified runs reported with an API key other than the
+    one that wrote the version."""
+    return (
+        _verified_successes(version)
+        .filter(externally_verified=True, source_event__actor__startswith="key:")
+        .exclude(source_event__actor=_author(version) or "")
+    )
+
+
 def validated_evidence(version: SkillVersion) -> Evidence:
+    verified_by_other = independent_verifications(version).count()
+    if verified_by_other:
+        return Evidence(True, "an externally verified run reported with another key")
     needed = settings.SKILLS_PROMOTION_SUCCESSES
     verified = _verified_successes(version).count()
-    if verified >= needed:
-        return Evidence(True, f"{verified} verified successful executions (need {needed})")
-    external = _verified_successes(version).filter(externally_verified=True).exists()
-    holdout = _latest_validation(version, ValidationKind.HOLDOUT)
-    if external and holdout is not None and holdout.status == ValidationStatus.PASSED:
-        return Evidence(True, "an externally verified execution and a passing hold-out replay")
-    missing = f"{verified} of {needed} verified successful executions"
-    if external:
-        missing += "; an externally verified one, but no passing hold-out replay"
-    return Evidence(False, missing)
+    drawn = _latest_validation(version, ValidationKind.DRAWN)
+    drawn_passed = drawn is not None and drawn.status == ValidationStatus.PASSED
+    if drawn_passed and verified >= needed:
+        return Evidence(
+            True,
+            f"a drawn replay passed ({drawn.cases_passed} inputs the service drew) and "
+            f"{verified} verified successful executions (need {needed})",
+        )
+    missing = [f"{verified} of {needed} verified successful executions"]
+    if drawn is None:
+        missing.append("no drawn replay yet")
+    elif not drawn_passed:
+        missing.append(
+            f"the latest drawn replay {drawn.status} ({drawn.cases_passed}/{drawn.cases_total})"
+        )
+    missing.append("no externally verified run reported with another key")
+    return Evidence(False, "; ".join(missing))
 
 
 # ---------------------------------------------------------------------- transitions
@@ -292,14 +324,23 @@ def consider_promotion(*, version_id: uuid.UUID) -> str | None:
             except Conflict:
                 break
             moved = version.status
-    if moved == VersionStatus.EXPERIMENTAL and version.holdout:
+    if moved == VersionStatus.EXPERIMENTAL:
         from .runs import validation_request
 
-        # Replay the hold-out cases now, so one externally verified run can validate it.
-        with transaction.atomic():
-            validation_request(
-                agent=version.agent, version=version, kind=ValidationKind.HOLDOUT, actor="piper"
-            )
+        # Replay the hold-out cases (the author's check), and draw inputs the author
+        # did not choose: a passing drawn replay is evidence toward validated.
+        if version.holdout:
+            with transaction.atomic():
+                validation_request(
+                    agent=version.agent, version=version, kind=ValidationKind.HOLDOUT, actor="piper"
+                )
+        try:
+            with transaction.atomic():
+                validation_request(
+                    agent=version.agent, version=version, kind=ValidationKind.DRAWN, actor="piper"
+                )
+        except Conflict as exc:  # no validator, or a schema the drawer cannot draw from
+            logger.info("version %s gets no drawn replay: %s", version.pk, exc.message)
     return moved
 
 

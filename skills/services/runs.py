@@ -11,6 +11,7 @@ Finished rows are final (PostgreSQL refuses any later change).
 from __future__ import annotations
 
 import logging
+import secrets
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from piper.provenance import SourceType
 from piper.tenancy.models import Agent
 
 from .. import tools
+from ..drawing import Undrawable, draw_params
 from ..models import (
     Execution,
     ExecutionSource,
@@ -87,9 +89,16 @@ def _verdict(result) -> tuple[dict | None, bool | None]:
 def validation_request(
     *, agent: Agent, version: SkillVersion, kind: str, actor: str = ""
 ) -> Validation:
-    """Queue a sandbox run of the version's examples or hold-out cases (after
-    commit). Conflict `no_cases` for a hold-out replay of a version without any."""
-    cases = version.examples if kind == ValidationKind.EXAMPLES else version.holdout
+    """Queue a sandbox run of the version's examples, its hold-out cases, or
+    cases the service draws now from its parameter_schema (after commit).
+    Conflict `no_cases` for a hold-out replay of a version without any;
+    Conflict `not_drawable` for a drawn replay of a version without a validator
+    to judge it, or whose schema the drawer cannot draw from (skills.drawing)."""
+    drawn = None
+    if kind == ValidationKind.DRAWN:
+        cases = drawn = _drawn_cases(version)
+    else:
+        cases = version.examples if kind == ValidationKind.EXAMPLES else version.holdout
     if not cases:
         raise Conflict(
             f"skill version {version.pk} has no {kind} cases to run",
@@ -98,7 +107,12 @@ def validation_request(
         )
     with transaction.atomic():
         validation = Validation(
-            agent=agent, version=version, kind=kind, cases_total=len(cases), requested_by=actor
+            agent=agent,
+            version=version,
+            kind=kind,
+            cases_total=len(cases),
+            drawn_cases=drawn,
+            requested_by=actor,
         )
         validation.source_event = event_append(
             agent=agent,
@@ -108,6 +122,7 @@ def validation_request(
                 "version_id": str(version.pk),
                 "kind": kind,
                 "cases": len(cases),
+                **({"drawn_cases": drawn} if drawn is not None else {}),
             },
             actor=actor,
             source_type=SourceType.AGENT_INFERENCE,
@@ -117,16 +132,41 @@ def validation_request(
     return validation
 
 
+def _drawn_cases(version: SkillVersion) -> list[dict]:
+    """Inputs the author did not choose: drawn from the schema with a seed nobody
+    picks, none equal to an example or hold-out case."""
+    if not version.validator.strip():
+        raise Conflict(
+            "a drawn replay needs a validator to judge the drawn inputs; this version has none",
+            code="not_drawable",
+            details={"kind": ValidationKind.DRAWN, "why": "no validator"},
+        )
+    authored = [case["params"] for case in (*version.examples, *version.holdout)]
+    try:
+        params = draw_params(version.parameter_schema, seed=secrets.randbits(64), avoid=authored)
+    except Undrawable as exc:
+        raise Conflict(
+            f"cannot draw inputs from this version's parameter_schema: {exc}",
+            code="not_drawable",
+            details={"kind": ValidationKind.DRAWN, "why": str(exc)},
+        ) from exc
+    return [{"params": p} for p in params]
+
+
 def _enqueue_validation(validation_id: uuid.UUID) -> None:
     from ..tasks import validate_version
 
     validate_version.delay(str(validation_id))
 
 
-def _case_passed(case: dict, result) -> bool:
+def _case_passed(case: dict, result, *, judged: bool = False) -> bool:
+    """Ran, the validator (if any) passed it, and it gave the expected result (if
+    any). A drawn case has no expected result: the validator must have judged it."""
     if result.outcome != "ok":
         return False
-    if result.validation is not None and not result.validation.get("passed"):
+    if result.validation is None:
+        return not judged and ("expected" not in case or result.result == case["expected"])
+    if not result.validation.get("passed"):
         return False
     return "expected" not in case or result.result == case["expected"]
 
@@ -146,7 +186,11 @@ def validation_run(*, validation_id: uuid.UUID) -> Validation | None:
         logger.info("validation %s is gone or finished", validation_id)
         return None
     version = validation.version
-    cases = version.examples if validation.kind == ValidationKind.EXAMPLES else version.holdout
+    drawn = validation.kind == ValidationKind.DRAWN
+    if drawn:
+        cases = validation.drawn_cases or []
+    else:
+        cases = version.examples if validation.kind == ValidationKind.EXAMPLES else version.holdout
     rows = []
     for index, case in enumerate(cases):
         result = _run(version, case["params"])
@@ -159,7 +203,7 @@ def validation_run(*, validation_id: uuid.UUID) -> Validation | None:
                 expected=case.get("expected"),
                 has_expected="expected" in case,
                 outcome=result.outcome,
-                passed=_case_passed(case, result),
+                passed=_case_passed(case, result, judged=drawn),
                 result=_storable(result.result),
                 verdict=verdict,
                 error=_clip(result.error),

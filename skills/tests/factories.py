@@ -102,7 +102,14 @@ def experimental(agent=None, **overrides: Any) -> SkillVersion:
     return version
 
 
-def report(version: SkillVersion, *, succeeded: bool = True, record: str = "INV-9", **fields):
+def report(
+    version: SkillVersion,
+    *,
+    succeeded: bool = True,
+    record: str = "INV-9",
+    actor: str = "",
+    **fields,
+):
     from skills.services.runs import ReportInput, execution_report
 
     result = fields.pop("result", expected_for(record) if succeeded else None)
@@ -110,13 +117,18 @@ def report(version: SkillVersion, *, succeeded: bool = True, record: str = "INV-
         agent=version.agent,
         version_id=version.pk,
         data=ReportInput(params={"record": record}, succeeded=succeeded, result=result, **fields),
+        actor=actor,
     )
 
 
+VERIFIER = "key:pm_verifier"  # another key than the author's (who wrote it without one)
+
+
 def validated(agent=None, **overrides: Any) -> SkillVersion:
-    """A validated version: experimental, then one externally verified run (+ hold-out)."""
+    """A validated version: experimental, then one externally verified run that
+    another key reported (independent evidence, lifecycle.validated_evidence)."""
     version = experimental(agent=agent, **overrides)
-    report(version, externally_verified=True, evidence={"checked_by": "ci"})
+    report(version, externally_verified=True, evidence={"checked_by": "ci"}, actor=VERIFIER)
     version.refresh_from_db()
     assert version.status == "validated", version.status
     return version

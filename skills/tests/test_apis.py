@@ -200,6 +200,38 @@ class TestLifecycle:
             ("candidate", "retired", "wrong"),
         ]
 
+    def test_a_drawn_replay_is_asked_for_or_refused_with_why(self, client_a):
+        version = make_skill(client_a.agent)
+        response = post(
+            client_a, f"/api/v1/skills/versions/{version.pk}/validate", {"kind": "drawn"}
+        )
+        assert response.status_code == 202, response.json()
+        assert (response.json()["kind"], response.json()["cases_total"]) == ("drawn", 8)
+        patterned = make_skill(
+            client_a.agent,
+            name="patterned",
+            parameter_schema={
+                "type": "object",
+                "properties": {"record": {"type": "string", "pattern": "^(?!CN)[A-Z0-9-]+$"}},
+                "required": ["record"],
+            },
+        )
+        before = Validation.objects.count()
+        refused = post(
+            client_a, f"/api/v1/skills/versions/{patterned.pk}/validate", {"kind": "drawn"}
+        )
+        assert refused.status_code == 409
+        assert refused.json()["error"] == {
+            "code": "not_drawable",
+            "message": "cannot draw inputs from this version's parameter_schema: "
+            "parameter_schema.record: regex assert_not is not drawn",
+            "details": {
+                "kind": "drawn",
+                "why": "parameter_schema.record: regex assert_not is not drawn",
+            },
+        }
+        assert Validation.objects.count() == before
+
     def test_validate_queues_a_run_and_validations_list_it(self, client_a):
         version = make_skill(client_a.agent)
         response = post(
@@ -209,13 +241,15 @@ class TestLifecycle:
         assert (response.json()["kind"], response.json()["status"]) == ("holdout", "queued")
         run_queued_validations(version)
         page = ok(client_a.get(f"/api/v1/skills/versions/{version.pk}/validations"))
-        # Passing examples made it experimental, which queued another hold-out replay.
+        # Passing examples made it experimental, which queued another hold-out replay
+        # and a replay on inputs the service drew.
         assert [(v["kind"], v["status"]) for v in page["results"]] == [
+            ("drawn", "queued"),
             ("holdout", "queued"),
             ("holdout", "passed"),
             ("examples", "passed"),
         ]
-        case = page["results"][2]["cases"][0]
+        case = page["results"][3]["cases"][0]
         assert (case["outcome"], case["passed"], case["result"]) == (
             "ok",
             True,

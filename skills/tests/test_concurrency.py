@@ -58,7 +58,8 @@ def one_short(version: SkillVersion) -> None:
 def two_experimental_versions():
     older = experimental(agent=AgentFactory(), holdout=[])
     newer = make_version(older.skill, holdout=[])
-    run_queued_validations(newer)
+    run_queued_validations(newer)  # examples: experimental, which queues a drawn replay
+    run_queued_validations(newer)  # the drawn replay: evidence toward validated
     newer.refresh_from_db()
     assert (older.status, newer.status) == ("experimental", "experimental")
     return older, newer
@@ -124,6 +125,7 @@ def deprecated_with_evidence():
     one_short(older)
     report(older, record="INV-last", **VERIFIED)
     newer = make_version(older.skill, holdout=[])
+    run_queued_validations(newer)  # examples, then the drawn replay
     run_queued_validations(newer)
     one_short(newer)
     report(newer, record="INV-last", **VERIFIED)

@@ -20,6 +20,7 @@ from skills.models import (
 from skills.services import lifecycle, runs
 from skills.services.definitions import skill_create, version_create
 from skills.tests.factories import (
+    VERIFIER,
     definition,
     expected_for,
     experimental,
@@ -260,8 +261,13 @@ class TestValidation:
             "experimental",
             "automatic: all 2 examples passed in the sandbox",
         )
-        [holdout] = run_queued_validations(version)
+        holdout, drawn = run_queued_validations(version)
         assert (holdout.kind, holdout.status) == ("holdout", "passed")
+        # Inputs the author did not choose, judged by the validator.
+        assert (drawn.kind, drawn.status, drawn.cases_passed) == ("drawn", "passed", 8)
+        assert len(drawn.drawn_cases) == 8 and {"params": {"record": "INV-1"}} not in (
+            drawn.drawn_cases
+        )
 
     def test_a_failing_example_keeps_it_a_candidate(self, agent):
         version = make_skill(
@@ -329,7 +335,8 @@ class TestPromotion:
         version.refresh_from_db()
         assert version.status == "validated"
         assert VersionTransition.objects.filter(version=version).last().reason == (
-            "automatic: 3 verified successful executions (need 3)"
+            "automatic: a drawn replay passed (8 inputs the service drew) and 3 verified "
+            "successful executions (need 3)"
         )
 
     def test_unverified_reported_successes_do_not_count(self, agent, in_process_sandbox):
@@ -339,28 +346,71 @@ class TestPromotion:
         version.refresh_from_db()
         assert version.status == "experimental"
 
-    def test_one_externally_verified_run_needs_a_passing_holdout_replay(
-        self, agent, in_process_sandbox
-    ):
-        version = experimental(
-            agent, holdout=[{"params": {"record": "H"}, "expected": {"wrong": True}}]
-        )
+    def test_the_authors_own_externally_verified_run_is_not_enough(self, agent, in_process_sandbox):
+        version = experimental(agent)
+        # Reported by whoever wrote it (no key here, as the author): a self-reported flag.
         report(version, externally_verified=True, evidence={"ci": "green"})
         version.refresh_from_db()
         assert version.status == "experimental"
         with pytest.raises(Conflict) as caught:
             lifecycle.version_promote(agent=agent, version_id=version.pk)
         assert caught.value.details["missing"] == (
-            "1 of 3 verified successful executions; an externally verified one, "
-            "but no passing hold-out replay"
+            "1 of 3 verified successful executions; no externally verified run reported "
+            "with another key"
         )
+
+    def test_a_run_verified_with_another_key_validates(self, agent, in_process_sandbox):
+        _, version = skill_create(
+            agent=agent, name="checksum", data=definition(), actor="key:pm_author"
+        )
+        run_queued_validations(version)
+        run_queued_validations(version)
+        report(version, externally_verified=True, evidence={"ci": "ok"}, actor="key:pm_author")
+        version.refresh_from_db()
+        assert version.status == "experimental"  # the author's key vouching for itself
+        report(version, externally_verified=True, evidence={"ci": "ok"}, actor="key:pm_ci")
+        version.refresh_from_db()
+        assert version.status == "validated"
+        assert VersionTransition.objects.filter(version=version).last().reason == (
+            "automatic: an externally verified run reported with another key"
+        )
+
+    def test_a_procedure_fitted_to_the_authors_inputs_fails_the_drawn_replay(
+        self, agent, in_process_sandbox
+    ):
+        """It answers the examples and hold-out by rote and nothing else: the
+        validator passes every run on the author's inputs, never on drawn ones."""
+        rote = "\n".join(
+            [
+                "ANSWERS = " + repr({r: expected_for(r) for r in ("INV-1", "INV-2", "INV-77")}),
+                "def run(params, tools):",
+                "    return ANSWERS.get(params['record'], {'record': params['record']})",
+            ]
+        )
+        version = make_skill(agent, procedure=rote)
+        run_queued_validations(version)
+        validations = run_queued_validations(version)
+        drawn = next(v for v in validations if v.kind == "drawn")
+        assert (drawn.status, drawn.cases_passed) == ("failed", 0)
+        for record in ("INV-1", "INV-2", "INV-77"):  # successes on the author's inputs only
+            execution = runs.execution_request(
+                agent=agent,
+                version_id=version.pk,
+                data=runs.ExecuteInput(params={"record": record}, allow_unvalidated=True),
+            )
+            runs.execution_run(execution_id=execution.pk)
+        version.refresh_from_db()
+        assert version.status == "experimental"
+        with pytest.raises(Conflict) as caught:
+            lifecycle.version_promote(agent=agent, version_id=version.pk)
+        assert "the latest drawn replay failed (0/8)" in caught.value.details["missing"]
 
     def test_validating_a_new_version_deprecates_the_older_ones(self, agent, in_process_sandbox):
         v1 = validated(agent)
         v2 = make_version(v1.skill)
         run_queued_validations(v2)
         run_queued_validations(v2)
-        report(v2, externally_verified=True, evidence={"ci": "green"})
+        report(v2, externally_verified=True, evidence={"ci": "green"}, actor=VERIFIER)
         v1.refresh_from_db()
         v2.refresh_from_db()
         assert (v1.status, v2.status) == ("deprecated", "validated")

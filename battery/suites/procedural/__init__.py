@@ -106,6 +106,9 @@ class World:
     api: SkillsApi
     entries: dict[str, Entry] = field(default_factory=dict)
     errors: dict[str, Verdict] = field(default_factory=dict)  # item key -> why it could not run
+    # The house's checker: its own key of the agent, which reports the runs it
+    # verified (the service counts a verification only from another key).
+    verifier: SkillsApi | None = None
 
 
 def _refused(what: str, response: ApiResponse) -> Verdict:
@@ -209,9 +212,13 @@ def _evidence(
     """The outcome evidence the agent gathers for an experimental version."""
     api, data, entry = world.api, spec.data, world.entries[spec.key]
     if how == "external":
+        checker = _verifier(world)
+        if isinstance(checker, Verdict):
+            world.errors[spec.key] = checker
+            return
         params = verified["params"]
         expected = next(e["expected"] for e in definition["examples"] if e["params"] == params)
-        response = api.report(
+        response = checker.report(
             version_id,
             params,
             result=expected,
@@ -280,6 +287,20 @@ def _revise(world: World, specs: Sequence[ItemSpec]) -> None:
             world.errors[spec.key] = _refused("POST /skills/{id}/versions (v2)", response)
             continue
         entry.v2 = skills_api.id_of(response.body)
+
+
+def _verifier(world: World) -> SkillsApi | Verdict:
+    """The house's checker, with a key of its own (made once per run)."""
+    if world.verifier is None:
+        response = world.api.key_create("the house's checker")
+        key = response.body.get("key") if isinstance(response.body, dict) else None
+        if response.status != 201 or not key:
+            return _refused("POST /keys (the checker's key)", response)
+        client = world.api.client
+        world.verifier = SkillsApi(
+            ApiClient(transport=client.transport, agent=client.agent, raw_key=key)
+        )
+    return world.verifier
 
 
 def _successor(world: World, spec: ItemSpec) -> SkillsApi | Verdict:

@@ -29,10 +29,12 @@ An item's `data`:
 * `events`: ledger events the agent has seen (traces, failures, audits,
   revisions), by `ref`;
 * `provenance` (and `provenance_v2`): the events the version is distilled from;
-* `promotion`: how the agent earns validation: `external` (report `verified`,
-  the trace, as an externally verified execution with its ledger event as
-  evidence; the hold-out replay runs by itself) or `runs` (three sandbox
-  executions on the agent's `trials` params, each checked by the validator).
+* `promotion`: how the agent earns validation: `external` (the house's
+  checker, with a key of its own, reports `verified`, the trace, as an
+  externally verified execution with its ledger event as evidence) or `runs`
+  (three sandbox executions on the agent's `trials` params, each checked by
+  the validator, plus the replay on inputs the service draws, which runs by
+  itself).
   D6's second version is always validated the external way (`verified_v2`);
 * `uses`: tasks the agent meets later: it matches the task and executes the
   best applicable version on the params; `expected` is the house rule's value,
