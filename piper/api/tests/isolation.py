@@ -268,6 +268,19 @@ def build_world(client_a: AgentClient) -> dict[str, str]:
         201,
     )
     post("context", {"task": f"Plan the {MARK} launch", "thread_id": ids["thread"]}, 200, 201)
+    post(
+        "recall/decisions", {"task": f"{MARK} launch", "looked": True, "trace": ids["recall_trace"]}
+    )
+    created(
+        send(
+            c,
+            "PUT",
+            "/api/v1/webhook",
+            {"url": f"https://example.com/{MARK}-hook", "secret": f"{MARK}-secret-0001"},
+        ),
+        200,
+        201,
+    )
     ids["policy"] = post(
         "retention-policies",
         {"name": f"{MARK}-policy", "event_type": "user.said", "max_age_days": 3650},
