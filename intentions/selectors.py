@@ -82,18 +82,70 @@ def working_state_get(*, thread: Thread, version: int | None = None) -> WorkingS
 EXTERNAL = ("artifacts", "tool_handles")
 
 
-def dependencies_to_recheck(state: dict, now: datetime) -> list[dict]:
-    """Artifacts and tool handles whose last check is older than their declared freshness."""
+def dependencies_to_recheck(state: dict, now: datetime, agent=None) -> list[dict]:
+    """Artifacts and tool handles to re-check before relying on them, each with
+    its `reason`: `expired`, its last check older than its declared freshness;
+    or `changed`, it watches a fact (`watch: {subject, predicate}`) whose current
+    value became true after its last check — the dependency really changed,
+    whatever its freshness (needs `agent`, whose facts are watched)."""
     stale = []
     for kind in EXTERNAL:
         for item in state.get(kind) or []:
             checked, fresh = item.get("checked_at"), item.get("freshness_seconds")
-            if checked is None or fresh is None:
+            if checked is None:
                 continue
             age = now - parse_datetime(checked)
-            if age > timedelta(seconds=fresh):
-                stale.append({"kind": kind[:-1], **item, "age_seconds": int(age.total_seconds())})
+            changed = (
+                _watched_change(agent, item["watch"], parse_datetime(checked), now)
+                if agent is not None and isinstance(item.get("watch"), dict)
+                else None
+            )
+            if changed is not None:
+                stale.append(
+                    {
+                        "kind": kind[:-1],
+                        **item,
+                        "age_seconds": int(age.total_seconds()),
+                        "reason": "changed",
+                        **changed,
+                    }
+                )
+            elif fresh is not None and age > timedelta(seconds=fresh):
+                stale.append(
+                    {
+                        "kind": kind[:-1],
+                        **item,
+                        "age_seconds": int(age.total_seconds()),
+                        "reason": "expired",
+                    }
+                )
     return stale
+
+
+def _watched_change(agent, watch: dict, checked_at: datetime, now: datetime) -> dict | None:
+    """When the watched fact's current value became true after `checked_at`: when,
+    and what it is now. None when it did not change (or is not known at all)."""
+    from facts.selectors import facts_valid_at_by_ref
+
+    try:
+        _, _, facts = facts_valid_at_by_ref(
+            agent=agent,
+            subject_ref=watch["subject"],
+            predicate_name=watch["predicate"],
+            valid_time=now,
+        )
+    except NotFound:
+        return None
+    newer = [fact.valid_from for fact in facts if fact.valid_from > checked_at]
+    if not newer:
+        return None
+    return {
+        "changed_at": max(newer).isoformat(),
+        "current_value": [
+            fact.object_entity.name if fact.object_entity_id else fact.object_value
+            for fact in facts
+        ],
+    }
 
 
 def working_state_versions(*, thread: Thread) -> QuerySet[WorkingState]:

@@ -95,10 +95,25 @@ def _state_errors(state: Any) -> dict[str, list[str]]:
                 errors.setdefault(key, []).append(
                     f"[{index}].freshness_seconds: a whole number ≥ 0"
                 )
+            if "watch" in item and (problem := _watch_error(item["watch"], checked)):
+                errors.setdefault(key, []).append(f"[{index}].watch: {problem}")
     # depth=1: the state sits under payload["state"] in its ledger event.
     if not errors and (problem := json_storage_error(state, path="state", depth=1)):
         errors["state"] = [problem]
     return errors
+
+
+def _watch_error(watch: Any, checked: Any) -> str | None:
+    """A watch names one fact (subject, predicate) and needs the time of the last check."""
+    if not isinstance(watch, dict) or set(watch) != {"subject", "predicate"}:
+        return "an object with exactly subject and predicate (the fact it depends on)"
+    for name, limit in (("subject", 200), ("predicate", 100)):
+        value = watch[name]
+        if not isinstance(value, str) or not value.strip() or len(value) > limit:
+            return f"{name}: 1-{limit} characters"
+    if checked is None:
+        return "needs checked_at (a change is one after the last check)"
+    return None
 
 
 def _aware(text: str) -> bool:
@@ -343,7 +358,7 @@ def thread_resume(*, agent: Agent, thread: Thread, session_id: str) -> ResumePac
         handover=handover,
         checkpoint=checkpoint,
         intentions=intentions,
-        recheck=dependencies_to_recheck(state, now),
+        recheck=dependencies_to_recheck(state, now, agent),
         failed_branches=list(state.get("failed_branches") or []),
         pending=list(
             PendingItem.objects.filter(thread=locked, cleared_at__isnull=True).select_related(

@@ -785,6 +785,7 @@ class TestHandover:
                     "checked_at": "2030-01-07T07:00:00Z",
                     "freshness_seconds": 3600,
                     "age_seconds": 7200,
+                    "reason": "expired",
                 },
                 {
                     "kind": "tool_handle",
@@ -792,6 +793,7 @@ class TestHandover:
                     "checked_at": "2030-01-07T08:59:00Z",
                     "freshness_seconds": 30,
                     "age_seconds": 60,
+                    "reason": "expired",
                 },
             ],
             "failed_branches": FULL_STATE["failed_branches"],

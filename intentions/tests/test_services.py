@@ -578,6 +578,90 @@ class TestHandover:
         assert Event.objects.get(agent=agent, event_type="intention.fired").session_id == "s2"
 
 
+class TestWatchedDependencies:
+    """An artifact that watches a fact is re-checked when the fact's current value
+    became true after the artifact's last check — a real change during the
+    succession, whatever its freshness window."""
+
+    def _checkpoint(self, agent, thread, checked_at):
+        write(
+            agent,
+            thread,
+            {
+                "artifacts": [
+                    {
+                        "name": "release notes",
+                        "checked_at": checked_at.isoformat(),
+                        "freshness_seconds": 86400,  # a day: no expiry in these tests
+                        "watch": {"subject": "api-gateway", "predicate": "version"},
+                    }
+                ]
+            },
+            0,
+        )
+
+    def _fact(self, agent, value, valid_from):
+        from facts.services import ClaimInput, facts_assert
+
+        facts_assert(
+            agent=agent,
+            claims=[
+                ClaimInput(
+                    subject="api-gateway", predicate="version", value=value, valid_from=valid_from
+                )
+            ],
+        )
+
+    def test_a_change_after_the_check_is_reported_with_the_new_value(self, agent, thread):
+        self._fact(agent, "2.3", T0 - minutes(120))
+        self._checkpoint(agent, thread, T0 - minutes(60))
+        self._fact(agent, "2.4", T0 - minutes(10))  # changed while the thread was handed over
+        handover_start(agent=agent, thread=thread, to_session="s2")
+        [item] = thread_resume(agent=agent, thread=thread, session_id="s2").recheck
+        assert (item["name"], item["reason"], item["current_value"]) == (
+            "release notes",
+            "changed",
+            ["2.4"],
+        )
+        assert item["changed_at"] == (T0 - minutes(10)).isoformat()
+
+    def test_no_change_or_a_change_before_the_check_is_not_reported(self, agent, thread):
+        self._fact(agent, "2.3", T0 - minutes(120))
+        self._checkpoint(agent, thread, T0 - minutes(60))
+        assert thread_resume(agent=agent, thread=thread, session_id="s1").recheck == []
+
+    def test_a_fact_never_stated_is_no_change(self, agent, thread):
+        self._checkpoint(agent, thread, T0 - minutes(60))
+        assert thread_resume(agent=agent, thread=thread, session_id="s1").recheck == []
+
+    @pytest.mark.parametrize(
+        ("item", "problem"),
+        [
+            (
+                {"name": "x", "checked_at": "2030-01-07T08:00:00Z", "watch": "api-gateway"},
+                "[0].watch: an object with exactly subject and predicate (the fact it depends on)",
+            ),
+            (
+                {
+                    "name": "x",
+                    "checked_at": "2030-01-07T08:00:00Z",
+                    "watch": {"subject": "", "predicate": "v"},
+                },
+                "[0].watch: subject: 1-200 characters",
+            ),
+            (
+                {"name": "x", "watch": {"subject": "gw", "predicate": "version"}},
+                "[0].watch: needs checked_at (a change is one after the last check)",
+            ),
+        ],
+    )
+    def test_a_bad_watch_is_refused_naming_the_item(self, agent, thread, item, problem):
+        code, _, details = refused(
+            InvalidInput, lambda: write(agent, thread, {"artifacts": [item]}, 0)
+        )
+        assert details == {"artifacts": [problem]}
+
+
 class TestResumePackage:
     def test_the_package_order(self):
         assert [f.name for f in dataclasses.fields(ResumePackage)] == [
@@ -645,6 +729,7 @@ class TestResumePackage:
                 "checked_at": (T0 - timedelta(hours=2)).isoformat(),
                 "freshness_seconds": 3600,
                 "age_seconds": 7200,
+                "reason": "expired",
             },
             {
                 "kind": "tool_handle",
@@ -652,6 +737,7 @@ class TestResumePackage:
                 "checked_at": (T0 - timedelta(seconds=61)).isoformat(),
                 "freshness_seconds": 60,
                 "age_seconds": 61,
+                "reason": "expired",
             },
         ]
         assert package.failed_branches == [

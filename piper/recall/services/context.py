@@ -691,7 +691,7 @@ def context_assemble(
         candidates["skill"], hidden = _cleared_items(items, found, clearance)
         withheld += hidden
     if "recheck" in wanted:
-        stale = dependencies_to_recheck(checkpoint.state or {}, now) if checkpoint else []
+        stale = dependencies_to_recheck(checkpoint.state or {}, now, agent) if checkpoint else []
         candidates["recheck"] = _recheck_items(stale, fact_items, now)
 
     version = checkpoint.version if checkpoint else None
