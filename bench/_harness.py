@@ -51,11 +51,12 @@ def migrate() -> None:
 
 def bench_client_key(name: str) -> str:
     """A fresh agent with an unthrottled-for-benchmarks key."""
+    from piper.tenancy.models import MAX_RATE_PER_MINUTE
     from piper.tenancy.services import agent_create, api_key_create
 
     agent = agent_create(name=f"{name}-{int(time.time() * 1000)}")
     _, raw = api_key_create(
-        agent=agent, name="bench", scopes=["read", "write"], rate_per_minute=10_000_000
+        agent=agent, name="bench", scopes=["read", "write"], rate_per_minute=MAX_RATE_PER_MINUTE
     )
     return raw
 

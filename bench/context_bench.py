@@ -222,10 +222,11 @@ def tasks(n: int) -> list[str]:
 def measure_context(agent, thread, args) -> dict:
     from rest_framework.test import APIClient
 
+    from piper.tenancy.models import MAX_RATE_PER_MINUTE
     from piper.tenancy.services import api_key_create
 
     _, raw = api_key_create(
-        agent=agent, name="context-bench", scopes=["read"], rate_per_minute=10_000_000
+        agent=agent, name="context-bench", scopes=["read"], rate_per_minute=MAX_RATE_PER_MINUTE
     )
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")

@@ -665,10 +665,11 @@ def free_port() -> int:
 def measure_http(agent, texts, requests: int) -> dict:
     import httpx
 
+    from piper.tenancy.models import MAX_RATE_PER_MINUTE
     from piper.tenancy.services import api_key_create
 
     _, raw = api_key_create(
-        agent=agent, name="bench", scopes=["read", "write"], rate_per_minute=10_000_000
+        agent=agent, name="bench", scopes=["read", "write"], rate_per_minute=MAX_RATE_PER_MINUTE
     )
     headers = {"Authorization": f"Bearer {raw}"}
     out = {}

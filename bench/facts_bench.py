@@ -849,10 +849,14 @@ def profile(agent, subjects, versions) -> None:
 
 def measure_http(agent, subjects, versions, samples, warmup, port) -> None:
     from facts.models import Entity
+    from piper.tenancy.models import MAX_RATE_PER_MINUTE
     from piper.tenancy.services import api_key_create
 
     _, key = api_key_create(
-        agent=agent, name=f"bench-{int(time.time())}", scopes=["read"], rate_per_minute=10_000_000
+        agent=agent,
+        name=f"bench-{int(time.time())}",
+        scopes=["read"],
+        rate_per_minute=MAX_RATE_PER_MINUTE,
     )
     rng = random.Random(17)
     people = [rng.randrange(subjects) for _ in range(samples + warmup)]

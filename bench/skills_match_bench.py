@@ -792,10 +792,14 @@ def measure_pieces(agent, args) -> dict:
 
 
 def measure_http(agent, args, names) -> dict:
+    from piper.tenancy.models import MAX_RATE_PER_MINUTE
     from piper.tenancy.services import api_key_create
 
     _, raw = api_key_create(
-        agent=agent, name=f"bench-{int(time.time())}", scopes=["read"], rate_per_minute=10_000_000
+        agent=agent,
+        name=f"bench-{int(time.time())}",
+        scopes=["read"],
+        rate_per_minute=MAX_RATE_PER_MINUTE,
     )
     out = {}
     tasks = Tasks(seed=31)
