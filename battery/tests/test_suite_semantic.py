@@ -664,7 +664,7 @@ SMALL = {"c1": 5, "c2": 5, "c3": 5, "c4": 5, "c5": 6}
 @pytest.mark.django_db(transaction=True)
 def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
     monkeypatch.setattr(draw, "COUNTS", SMALL)
-    monkeypatch.setattr(working_state_draw, "COUNTS", {"a1": 2, "a2": 2, "a3": 2})
+    monkeypatch.setattr(working_state_draw, "COUNTS", {"a1": 2, "a2": 2, "a3": 2, "a4": 2})
     monkeypatch.setattr(prospective_draw, "COUNTS", dict.fromkeys(prospective_draw.COUNTS, 2))
     monkeypatch.setattr(procedural_draw, "COUNTS", dict.fromkeys(procedural_draw.COUNTS, 1))
     # No B5 here: the service answers most near-domain never-happened questions
@@ -698,7 +698,7 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
         {},
     )
     assert {code: s["items"] for code, s in run.suite_scores.items()} == {
-        "A": 6,
+        "A": 8,
         "B": 8,
         "C": 26,
         "D": 6,

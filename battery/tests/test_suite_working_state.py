@@ -64,7 +64,7 @@ def test_suite_A_is_registered_with_its_design_weight_and_gates():
         "handover_retention >= 1",
     ]
     assert (suite.items, [g.key for g in suite.generators]) == ([], ["working_state"])
-    assert suite.item_count(seed=0) == 60
+    assert suite.item_count(seed=0) == 72
 
 
 def test_the_same_seed_draws_the_same_items_and_another_seed_others():
@@ -76,12 +76,12 @@ def test_the_same_seed_draws_the_same_items_and_another_seed_others():
 
 
 @pytest.mark.parametrize("seed", [0, 21])
-def test_a_run_draws_60_items_of_the_three_kinds_and_plans_every_check(seed):
+def test_a_run_draws_72_items_of_the_four_kinds_and_plans_every_check(seed):
     specs = specs_for(seed)
-    assert Counter(s.metrics["kind"] for s in specs) == {"A1": 24, "A2": 18, "A3": 18}
+    assert Counter(s.metrics["kind"] for s in specs) == {"A1": 24, "A2": 18, "A3": 18, "A4": 12}
     assert [s.key for s in specs[:2]] == ["a1_0001", "a1_0002"]
-    assert [s.key for s in specs[-1:]] == ["a3_0018"]
-    assert len({s.key for s in specs}) == len({s.data["thread"] for s in specs}) == 60
+    assert [s.key for s in specs[-1:]] == ["a4_0012"]
+    assert len({s.key for s in specs}) == len({s.data["thread"] for s in specs}) == 72
     planned = Counter()
     for spec in specs:
         assert spec.metrics["planned"] == Counter(c["metric"] for c in spec.data["checks"])
@@ -90,9 +90,9 @@ def test_a_run_draws_60_items_of_the_three_kinds_and_plans_every_check(seed):
     a3_external = sum(len(s.data["external"]) for s in specs if s.metrics["kind"] == "A3")
     assert 18 * 3 <= a3_external <= 18 * 4
     assert planned == {
-        "field": 60 * 7,
-        "recheck": 42 * 2 + a3_external,
-        "handover": 60 * 4 + 18,  # A2 also checks the version did not move
+        "field": 72 * 7,
+        "recheck": 42 * 2 + a3_external + 12 * 3,
+        "handover": 72 * 4 + 18,  # A2 also checks the version did not move
     }
 
 
@@ -122,6 +122,12 @@ def test_external_dependencies_are_stale_exactly_when_older_than_their_freshness
             if expected["freshness"] == "undeclared":
                 assert "checked_at" not in item and not expected["stale"]
                 continue
+            if expected["freshness"] in draw.WATCHED:  # A4: within freshness; the watch decides
+                age_t1 = (T1 - parse_datetime(item["checked_at"])).total_seconds()
+                assert age_t1 < item["freshness_seconds"] and "watch" in item
+                assert expected["stale"] == (expected["freshness"] == "changed")
+                stale.append(expected["stale"])
+                continue
             age_t0 = (T0 - parse_datetime(item["checked_at"])).total_seconds()
             age_t1, fresh = age_t0 + (T1 - T0).total_seconds(), item["freshness_seconds"]
             assert expected["stale"] == (age_t1 > fresh)
@@ -133,7 +139,7 @@ def test_external_dependencies_are_stale_exactly_when_older_than_their_freshness
             if expected["freshness"] == "went_stale":
                 assert age_t0 < fresh < age_t1
             stale.append(expected["stale"])
-        if spec.metrics["kind"] == "A3":
+        if spec.metrics["kind"] in ("A3", "A4"):
             assert any(stale) and not all(e["stale"] for e in spec.data["external"])
         else:
             assert not any(stale)
@@ -144,6 +150,9 @@ def test_external_dependencies_are_stale_exactly_when_older_than_their_freshness
         "went_stale",
         "already_stale",
         "undeclared",
+        "changed",
+        "watched_unchanged",
+        "changed_before_check",
     }
 
 
@@ -449,7 +458,7 @@ def failures(outcomes) -> list[tuple[str, str]]:
 
 
 def test_every_kind_passes_against_the_real_service(db):
-    specs, outcomes = run_small(InProcessTransport(), a1=3, a2=3, a3=4)
+    specs, outcomes = run_small(InProcessTransport(), a1=3, a2=3, a3=4, a4=4)
     assert [(o.item, o.passed, o.failure_code, o.detail) for o in outcomes] == [
         (s.key, True, "", "") for s in specs
     ]
@@ -497,6 +506,23 @@ def test_a_resume_of_a_neighbour_threads_checkpoint_is_R3_crossed(db):
         assert result.detail.startswith("field goal: expected ")
         assert result.detail.split(" (and ")[0].endswith("(another thread's value)")
         assert result.metrics["correct"].get("field", 0) == 0
+
+
+def test_a_change_during_the_handover_missed_is_R0(db):
+    """A4: only the watched fact tells the successor; a resume that lists nothing
+    misses every changed dependency, one that lists everything raises false alarms."""
+    specs, outcomes = run_small(NeverRechecks(InProcessTransport()), a4=3)
+    assert [o.failure_code for o in outcomes] == ["R0", "R0", "R0"]
+    for spec, result in zip(specs, outcomes, strict=True):
+        first = next(e for e in spec.data["external"] if e["stale"])
+        assert first["freshness"] == "changed"
+        assert result.detail.split(" (and ")[0] == (
+            f"re-check {first['kind']} {first['name']}: the fact it watches changed during "
+            "the handover, but not listed for re-check"
+        )
+    _, outcomes = run_small(RechecksEverything(InProcessTransport()), a4=3)
+    assert {o.failure_code for o in outcomes} == {"R0"}
+    assert all("did not change after its last check, but listed" in o.detail for o in outcomes)
 
 
 def test_a_recheck_need_missed_or_falsely_raised_is_R0(db):
@@ -562,7 +588,7 @@ def battery(*args: str) -> str:
 
 @pytest.mark.django_db(transaction=True)
 def test_battery_run_suite_A_exits_non_zero_when_a_field_is_lost(monkeypatch, tmp_path):
-    monkeypatch.setattr(draw, "COUNTS", {"a1": 2, "a2": 2, "a3": 2})
+    monkeypatch.setattr(draw, "COUNTS", {"a1": 2, "a2": 2, "a3": 2, "a4": 0})
     monkeypatch.setattr(
         "battery.services.transport_open",
         lambda base_url, via=None: DropsNextAction(InProcessTransport()),
@@ -587,7 +613,7 @@ def test_battery_run_suite_A_passes_its_gates_against_the_real_service(tmp_path)
     run = BatteryRun.objects.get()
     assert (run.status, run.score_of_run, run.suites) == ("incomplete", 100.0, ["A"])
     suite = run.suite_scores["A"]
-    assert (suite["items"], suite["passed"], suite["gate_passed"]) == (60, 60, True)
+    assert (suite["items"], suite["passed"], suite["gate_passed"]) == (72, 72, True)
     assert suite["metrics"] == {
         "working_state_exactness": 1.0,
         "handover_retention": 1.0,
@@ -600,6 +626,11 @@ def test_battery_run_suite_A_passes_its_gates_against_the_real_service(tmp_path)
     ]
     assert "FAIL" not in output
     report = json.loads((tmp_path / "report.json").read_text())
-    assert Counter(i["metrics"]["kind"] for i in report["items"]) == {"A1": 24, "A2": 18, "A3": 18}
+    assert Counter(i["metrics"]["kind"] for i in report["items"]) == {
+        "A1": 24,
+        "A2": 18,
+        "A3": 18,
+        "A4": 12,
+    }
     # The whole suite ran on its simulated clock, in seconds of wall time.
     assert run.finished_at - run.started_at < timedelta(seconds=60)

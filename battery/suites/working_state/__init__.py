@@ -1,11 +1,14 @@
 """Suite A — working state (DESIGN.md §7, §9), driven through the threads API
 as an agent would, on the agent's simulated clock.
 
-A seeded draw (draw.py) makes 60 items of three kinds: A1 succession state
+A seeded draw (draw.py) makes 72 items of four kinds: A1 succession state
 transfer (a full checkpoint handed to a new session, scored per field), A2
 the checkpoint unchanged by unrelated noise written before the handover, A3
 external dependencies that went stale during the handover reported for
-re-check (and fresh ones not). One throwaway agent of its own holds every
+re-check (and fresh ones not), A4 dependencies that watch a fact whose value
+really changed during the handover, inside their freshness window, reported
+for re-check (and the unchanged ones, or ones changed before their last
+check, not). One throwaway agent of its own holds every
 item's thread: `prepare` writes the checkpoints and noise at T0, hands every
 thread over, moves the clock on to T1, then resumes and acknowledges each as
 its successor; each item's `check` grades what came back (judge.py).
@@ -45,8 +48,9 @@ suite = register(
         name="Working state",
         description=(
             "Checkpoints handed over to a successor session: every critical field back exactly, "
-            "unmoved by neighbours' writes, and stale external dependencies listed for "
-            "re-check: 60 items drawn from the seed, on a simulated clock."
+            "unmoved by neighbours' writes, and external dependencies that went stale or "
+            "really changed listed for re-check: 72 items drawn from the seed, on a "
+            "simulated clock."
         ),
         weight=15,
         gate=1.0,
@@ -124,6 +128,11 @@ def prepare(ctx: ItemContext, specs: Sequence[ItemSpec]) -> World:
     clock_set(api, T0)
     for spec in specs:
         data = spec.data
+        if data.get("world"):  # A4: what the watched dependencies are about
+            response = api.facts_assert(data["world"]["before"])
+            if response.status not in (200, 201):
+                world.errors[spec.key] = _refused("POST /facts (the releases)", response)
+                continue
         written = thread_write(api, data["thread"], data["session"], data["versions"])
         if isinstance(written, Verdict):
             world.errors[spec.key] = written
@@ -149,6 +158,14 @@ def prepare(ctx: ItemContext, specs: Sequence[ItemSpec]) -> World:
         if not state_api.ok(response):
             world.errors[spec.key] = _refused("POST …/handover", response)
     clock_set(api, T1)
+    for spec in specs:
+        world_of = spec.data.get("world")
+        if spec.key in world.errors or not world_of or not world_of["during"]:
+            continue
+        # A4: the world moves on while the thread is handed over.
+        response = api.facts_assert(world_of["during"])
+        if response.status not in (200, 201):
+            world.errors[spec.key] = _refused("POST /facts (a new release)", response)
     for spec in specs:
         if spec.key in world.errors:
             continue

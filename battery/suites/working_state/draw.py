@@ -12,8 +12,13 @@ An item's `data`:
   the one the successor must find, field for field.
 * `noise` (A2): other threads' checkpoints, ledger events and facts, all
   written after the checkpoint and before the handover.
-* `external`: each artifact or tool handle's name and whether its last check
-  is older than its freshness at T1 (`stale`), i.e. to be re-checked.
+* `external`: each artifact or tool handle's name and whether it must be
+  re-checked at T1 (`stale`): its last check is older than its freshness, or
+  (A4) the fact it watches changed while the thread was handed over.
+* `world` (A4): the facts the watched dependencies are about: `before`,
+  asserted with the checkpoints; `during`, asserted after the handover and
+  before the resume (a new value true after the last check, or one that was
+  already true before it).
 * `checks`: what is graded, each under one metric: `field` (a critical field
   of the checkpoint), `recheck` (one external dependency listed or not),
   `handover` (the handover itself).
@@ -31,7 +36,7 @@ from typing import Any
 from ...registry import ItemSpec
 from ...taxonomy import FailureCode as F
 
-COUNTS = {"a1": 24, "a2": 18, "a3": 18}
+COUNTS = {"a1": 24, "a2": 18, "a3": 18, "a4": 12}
 
 T0 = datetime(2031, 5, 5, 9, 0, tzinfo=UTC)
 GAP = timedelta(hours=3)  # from the handover to the resume
@@ -128,6 +133,12 @@ NEXT_TOOLS = ("shell", "http.get", "sql", "ticket.comment", "deploy")
 # The freshness of one external dependency at T1, by how it was drawn.
 STALE_KINDS = ("went_stale", "boundary_stale", "already_stale")
 FRESH_KINDS = ("still_fresh", "boundary_fresh", "undeclared")
+# A4: long freshness windows, each watching a fact. `changed`: a new value of it
+# became true during the handover (re-check); `watched_unchanged`: it did not
+# change; `changed_before_check`: it changed, but before the last check.
+WATCHED_STALE = ("changed",)
+WATCHED_FRESH = ("watched_unchanged", "changed_before_check")
+WATCHED = (*WATCHED_STALE, *WATCHED_FRESH)
 
 
 def iso(moment: datetime) -> str:
@@ -195,8 +206,10 @@ def _external(draw: Draw, kind: str, token: str, freshness: str, index: int) -> 
         }
     if freshness == "undeclared":
         return item
+    if freshness in WATCHED:
+        item["watch"] = {"subject": f"dep-{token}-{kind[:-1]}-{index + 1}", "predicate": "release"}
     # age_t0: how old the check is at the handover; the resume comes GAP later.
-    if freshness == "still_fresh":
+    if freshness == "still_fresh" or freshness in WATCHED:
         fresh = rng.choice((86400, 7 * 86400, 30 * 86400))
         age_t0 = rng.randrange(60, fresh - gap)
     elif freshness == "boundary_fresh":  # exactly as old as allowed at T1: not older
@@ -321,6 +334,7 @@ def _checks(item_external: list[dict[str, Any]], *, noise: bool) -> list[dict[st
             "kind": e["kind"],
             "name": e["name"],
             "stale": e["stale"],
+            "freshness": e["freshness"],
         }
         for e in item_external
     ]
@@ -355,11 +369,17 @@ def _item(
         {
             "kind": kind_name[:-1],
             "name": e["name"],
-            "stale": f in STALE_KINDS,
+            "stale": f in STALE_KINDS or f in WATCHED_STALE,
             "freshness": f,
         }
         for kind_name in ("artifacts", "tool_handles")
         for e, f in zip(final.get(kind_name, []), freshness.get(kind_name, []), strict=True)
+    ]
+    watched = [
+        (e, f)
+        for kind_name in ("artifacts", "tool_handles")
+        for e, f in zip(final.get(kind_name, []), freshness.get(kind_name, []), strict=True)
+        if f in WATCHED
     ]
     thread = f"{kind}-{token}-{rng.choice(('migration', 'incident', 'release', 'research'))}"
     data: dict[str, Any] = {
@@ -370,6 +390,7 @@ def _item(
         "versions": [*drafts, final],
         "external": external,
         "noise": _noise(draw, token, thread, final) if noise else None,
+        "world": _world(draw, token, watched) if watched else None,
     }
     data["checks"] = _checks(external, noise=noise)
     planned: dict[str, int] = {}
@@ -382,6 +403,42 @@ def _item(
         data=data,
         metrics={"kind": kind.upper(), "planned": planned},
     )
+
+
+def _release_claim(watch: dict[str, str], value: str, valid_from: datetime, token: str) -> dict:
+    return {
+        "subject": watch["subject"],
+        "predicate": watch["predicate"],
+        "value": value,
+        "value_type": "string",
+        "valid_from": iso(valid_from),
+        "cardinality": "one",
+        "subject_type": "system",
+        "source_type": "tool_result",
+        "authority": "tool_result",
+        "source_ref": f"battery:{token}:release:{watch['subject']}",
+        "confidence": 1.0,
+        "actor": ACTOR,
+    }
+
+
+def _world(draw: Draw, token: str, watched: list[tuple[dict, str]]) -> dict[str, Any]:
+    """The releases the watched dependencies are about, and how they move."""
+    rng = draw.rng
+    before, during = [], []
+    for item, freshness in watched:
+        checked = datetime.fromisoformat(item["checked_at"].replace("Z", "+00:00"))
+        major, minor = rng.randrange(1, 9), rng.randrange(0, 20)
+        first = f"{major}.{minor}.{rng.randrange(0, 9)}"
+        later = f"{major}.{minor}.{rng.randrange(10, 40)}"  # close to the first: a patch
+        before.append(_release_claim(item["watch"], first, checked - timedelta(days=3), token))
+        if freshness == "changed":  # true between the handover and the resume
+            at = T0 + timedelta(seconds=rng.randrange(60, int(GAP.total_seconds()) - 60))
+            during.append(_release_claim(item["watch"], later, at, token))
+        elif freshness == "changed_before_check":  # learnt late, but true before the check
+            at = checked - timedelta(seconds=rng.randrange(60, 86400))
+            during.append(_release_claim(item["watch"], later, at, token))
+    return {"before": before, "during": during}
 
 
 def _noise(draw: Draw, token: str, thread: str, state: dict[str, Any]) -> dict[str, Any]:
@@ -511,15 +568,44 @@ def a3_recheck(draw: Draw, count: int) -> list[ItemSpec]:
     return specs
 
 
+def a4_changed(draw: Draw, count: int) -> list[ItemSpec]:
+    """Dependencies whose world really changed during the handover, inside their
+    freshness window: only the watch can tell the successor."""
+    rng = draw.rng
+    specs = []
+    for number in range(1, count + 1):
+        while True:
+            freshness = {
+                "artifacts": [rng.choice(WATCHED), rng.choice(WATCHED)],
+                "tool_handles": [rng.choice(WATCHED)],
+            }
+            drawn = freshness["artifacts"] + freshness["tool_handles"]
+            if "changed" in drawn and any(f != "changed" for f in drawn):
+                break
+        changed = drawn.count("changed")
+        specs.append(
+            _item(
+                draw,
+                "a4",
+                number,
+                f"A4 changed: {changed} of {len(drawn)} watched dependencies changed during "
+                "the handover",
+                freshness=freshness,
+            )
+        )
+    return specs
+
+
 KINDS: dict[str, Callable[[Draw, int], list[ItemSpec]]] = {
     "a1": a1_succession,
     "a2": a2_noise,
     "a3": a3_recheck,
+    "a4": a4_changed,
 }
 
 
 def generate(rng: random.Random, counts: dict[str, int] | None = None) -> list[ItemSpec]:
-    """Every item of a run, A1 to A3, in that order."""
+    """Every item of a run, A1 to A4, in that order."""
     counts = {**COUNTS, **(counts or {})}
     draw = Draw(rng)
     return [spec for kind, make in KINDS.items() for spec in make(draw, counts[kind])]

@@ -154,9 +154,16 @@ def judge_recheck(check: dict[str, Any], recheck: Sequence[Any]) -> Verdict:
     )
     if listed == check["stale"]:
         return CORRECT
+    watched = check.get("freshness") in ("changed", "watched_unchanged", "changed_before_check")
     if check["stale"]:
+        if watched:
+            return miss(
+                F.R0, "the fact it watches changed during the handover, but not listed for re-check"
+            )
         return miss(F.R0, "older than its freshness at the resume, but not listed for re-check")
     # a false alarm of the same need-to-look decision
+    if watched:
+        return miss(F.R0, "its fact did not change after its last check, but listed for re-check")
     return miss(F.R0, "still fresh at the resume, but listed for re-check")
 
 
