@@ -74,7 +74,7 @@ SELECT x.*, k.actor AS pool_actor, k.session AS pool_session
         FROM {Episode._meta.db_table} e
         JOIN {Event._meta.db_table} ev ON ev.id = e.raw_event_id
        WHERE e.agent_id = %s AND e.actor = k.actor AND e.session_id = k.session
-         AND e.canonical_id IS NULL AND ev.seq <= %s
+         AND e.canonical_id IS NULL AND e.status = 'active' AND ev.seq <= %s
          AND (k.lo IS NULL OR e.occurred_at BETWEEN k.lo AND k.hi)
        ORDER BY e.occurred_at, e.id
        LIMIT {POOL_LIMIT}) x

@@ -35,7 +35,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from episodes.models import Episode
+from episodes.models import Episode, EpisodeStatus
 from ledger.models import Event
 from ledger.services import EventDraft, event_append, events_append
 from piper.errors import Conflict, InvalidInput, NotFound, PiperError
@@ -269,7 +269,10 @@ def consolidation_run_step(
             if run.kind == RunKind.DUPLICATES:
                 columns += ["canonical_id", "embedding"]
             rows = list(
-                Episode.objects.filter(agent_id=run.agent_id, raw_event_id__in=event_ids)
+                # A retracted or corrected version is no evidence any more (episodes).
+                Episode.objects.filter(
+                    agent_id=run.agent_id, raw_event_id__in=event_ids, status=EpisodeStatus.ACTIVE
+                )
                 .select_related("raw_event")
                 .only(*columns)
                 .order_by("raw_event__seq")

@@ -167,6 +167,16 @@ class TestRun:
         assert [c[:3] for c in candidates(agent)] == [("Bob Stone", "employer", "Initech")]
         assert candidates(other) == []
 
+    def test_a_retracted_episode_is_no_evidence(self, agent):
+        from episodes.services import episode_retract
+
+        withdrawn = said(agent, "Alice Chen moved to Berlin.")
+        said(agent, "Bob Stone joined Initech.", minutes=1)
+        episode_retract(agent=agent, episode_id=withdrawn.pk, reason="it was about someone else")
+        run = consolidate(agent=agent)
+        assert run.episodes_read == 1
+        assert [c[:3] for c in candidates(agent)] == [("Bob Stone", "employer", "Initech")]
+
     def test_a_claim_the_facts_service_refuses_stays_proposed_with_the_reason(self, agent):
         claim(agent, "Alice Chen", "location", object_entity="Berlin", valid_from=at(2020))
         said(agent, "Alice Chen moved to Paris.")
