@@ -314,6 +314,13 @@ FROM (
     UNION ALL
     (SELECT * FROM {intention}
       WHERE agent_id = %s AND thread_id IS NULL AND status = ANY(%s)
+        AND %s <> '' AND source_session = %s
+      ORDER BY {urgency.format(a="")}
+      LIMIT %s)
+    UNION ALL
+    (SELECT * FROM {intention}
+      WHERE agent_id = %s AND thread_id IS NULL AND status = ANY(%s)
+        AND source_session IS DISTINCT FROM %s
       ORDER BY {urgency.format(a="")}
       LIMIT %s)
 ) i
@@ -321,16 +328,20 @@ FROM (
 
 
 # A resume also lists the agent's open intentions that belong to no thread (a
-# successor inherits the agent's promises, not only the thread's): the most
-# urgent this many, so that an agent with thousands of reminders still resumes fast.
+# successor inherits the agent's promises, not only the thread's): every one the
+# predecessor's session made (up to RESUME_SESSION_INTENTIONS), and the most
+# urgent RESUME_AGENT_INTENTIONS of the others, so that an agent with thousands
+# of reminders still resumes fast without a successor losing its own session's.
 RESUME_AGENT_INTENTIONS = 100
+RESUME_SESSION_INTENTIONS = 1000
 
 
-def open_intentions_rendered(*, thread: Thread, now) -> RawJSON:
+def open_intentions_rendered(*, thread: Thread, now, session: str = "") -> RawJSON:
     """The open intentions a successor of the thread must see, as the API shows
     them (IntentionOutputSerializer's fields): the thread's, and the agent's that
-    belong to no thread (`thread` null; the RESUME_AGENT_INTENTIONS most urgent),
-    due first, then executing, overdue, by due time, priority and age.
+    belong to no thread (`thread` null): all that `session` (the predecessor's)
+    made, and the RESUME_AGENT_INTENTIONS most urgent others; due first, then
+    executing, overdue, by due time, priority and age.
 
     One statement, with the rows rendered to JSON by PostgreSQL: a resume lists
     up to thousands of intentions, and building model instances and serializing
@@ -348,6 +359,15 @@ def open_intentions_rendered(*, thread: Thread, now) -> RawJSON:
                 [str(s) for s in RESUME_STATUSES],
                 thread.agent_id,
                 [str(s) for s in RESUME_STATUSES],
+                session,
+                session,
+                IntentionStatus.DUE,
+                IntentionStatus.EXECUTING,
+                now,
+                RESUME_SESSION_INTENTIONS,
+                thread.agent_id,
+                [str(s) for s in RESUME_STATUSES],
+                session or None,
                 IntentionStatus.DUE,
                 IntentionStatus.EXECUTING,
                 now,

@@ -332,7 +332,9 @@ def thread_resume(*, agent: Agent, thread: Thread, session_id: str) -> ResumePac
                 f"not {session_id!r}",
                 code="not_the_successor",
             )
-        intentions = open_intentions_rendered(thread=locked, now=now)
+        # The predecessor's session: its own threadless promises are all listed.
+        predecessor = handover.from_session if handover is not None else locked.session_id
+        intentions = open_intentions_rendered(thread=locked, now=now, session=predecessor)
         if handover is not None and handover.status == Handover.Status.PENDING:
             # What the successor was shown: suite H's open items that survived.
             surfaced = [item["id"] for item in intentions.parsed()]

@@ -100,3 +100,27 @@ class TestOpenIntentionsRendered:
         assert listed() == ids
         monkeypatch.setattr(selectors, "RESUME_AGENT_INTENTIONS", 2)
         assert listed() == ids[:3]  # the least urgent of no thread left out
+
+    def test_the_predecessors_own_promises_of_no_thread_are_all_listed(
+        self, agent, thread, monkeypatch
+    ):
+        """However many more urgent reminders the agent has, a successor gets every
+        open intention of no thread that the session it succeeds made."""
+        monkeypatch.setattr(selectors, "RESUME_AGENT_INTENTIONS", 2)
+        urgent = [
+            IntentionFactory(agent=agent, thread=None, due_at=T0 + timedelta(hours=n))
+            for n in range(1, 4)
+        ]
+        promise = IntentionFactory(
+            agent=agent, thread=None, due_at=T0 + timedelta(days=30), source_session="s1"
+        )
+        IntentionFactory(
+            agent=agent, thread=None, due_at=T0 + timedelta(days=31), source_session="s0"
+        )
+
+        def listed(session):
+            rendered = selectors.open_intentions_rendered(thread=thread, now=T0, session=session)
+            return [r["id"] for r in rendered.parsed()]
+
+        assert listed("s1") == [str(urgent[0].pk), str(urgent[1].pk), str(promise.pk)]
+        assert listed("") == [str(urgent[0].pk), str(urgent[1].pk)]
