@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from datetime import UTC, datetime
 from difflib import SequenceMatcher
+from types import SimpleNamespace
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
@@ -22,19 +23,32 @@ from battery.registry import ItemFailure, ItemOutcome, designed_suites, suites_s
 from battery.scoring import score_run, suite_result
 from battery.suites import semantic
 from battery.suites.episodic import draw as episodic_draw
+from battery.suites.episodic.api import answer_of
 from battery.suites.forgetting import consolidation_draw, skill_draw
 from battery.suites.forgetting import draw as forgetting_draw
 from battery.suites.metamemory import draw as metamemory_draw
 from battery.suites.procedural import draw as procedural_draw
 from battery.suites.prospective import draw as prospective_draw
-from battery.suites.semantic import draw
+from battery.suites.semantic import asked, draw
 from battery.suites.semantic.draw import value_key
-from battery.suites.semantic.judge import Tally, judge_paths, judge_values, miss, summarize
+from battery.suites.semantic.judge import (
+    Tally,
+    failing_checks,
+    judge_paths,
+    judge_recall_false_answer,
+    judge_recall_found,
+    judge_recall_stale,
+    judge_values,
+    miss,
+    recall_metrics,
+    summarize,
+)
 from battery.suites.working_state import draw as working_state_draw
 from battery.taxonomy import FailureCode as F
 from battery.tests.helpers import Faulty, live_use, run_suite_small
-from battery.transport import InProcessTransport
+from battery.transport import ApiResponse, InProcessTransport
 from piper.celery import app as celery_app
+from piper.recall import about
 
 KINDS = ("c1", "c2", "c3", "c4", "c5")
 NONE = dict.fromkeys(KINDS, 0)
@@ -64,9 +78,12 @@ def test_suite_C_is_registered_with_its_design_weight_and_gates():
         "bitemporal_accuracy >= 0.99",
         "multihop_accuracy >= 0.99",
         "stale_value_rate <= 0.005",
+        "recall_stale_as_current_rate <= 0",
+        "recall_current_found_rate >= 0.95",
+        "recall_false_answer_rate <= 0",
     ]
-    assert (suite.items, [g.key for g in suite.generators]) == ([], ["semantic"])
-    assert suite.item_count(seed=0) == 540
+    assert (suite.items, [g.key for g in suite.generators]) == ([], ["semantic", "semantic_recall"])
+    assert suite.item_count(seed=0) == 540 + 72
 
 
 def test_the_same_seed_draws_the_same_items_and_another_seed_others():
@@ -385,7 +402,8 @@ def test_the_summary_counts_answers_and_an_item_that_crashed_counts_all_it_plann
 
 
 def c_result(*, correct: int = 198, current: int = 198, stale: int = 5):
-    """Suite C's result over 200 answers per metric (1,000 in all)."""
+    """Suite C's result over 200 answers per metric (1,000 in all), and four
+    C6 items, every check held."""
     outcomes = [
         outcome(
             True,
@@ -395,13 +413,21 @@ def c_result(*, correct: int = 198, current: int = 198, stale: int = 5):
         )
         for metric in draw.METRICS
     ]
+    outcomes += [
+        c6_outcome(split, kind, held)
+        for split in ("seen", "held_out")
+        for kind, held in (
+            ("chain", {"stale": True, "found": True}),
+            ("ended", {"stale": True, "false_answer": True}),
+        )
+    ]
     return suite_result(suite=suites_select(codes=["C"])[0], outcomes=outcomes)
 
 
 def test_the_gates_hold_at_99_percent_and_half_a_percent_stale_exactly():
     card = score_run([c_result()], designed=designed_suites())
     assert [(g.name, g.kind, g.passed, g.detail) for g in card.gates] == [
-        ("C pass rate >= 99%", "suite", True, "5/5 items passed (100.0%)"),
+        ("C pass rate >= 99%", "suite", True, "9/9 items passed (100.0%)"),
         ("C current_value_accuracy >= 0.99", "metric", True, "current_value_accuracy 0.99"),
         ("C as_of_accuracy >= 0.99", "metric", True, "as_of_accuracy 0.99"),
         (
@@ -413,6 +439,14 @@ def test_the_gates_hold_at_99_percent_and_half_a_percent_stale_exactly():
         ("C bitemporal_accuracy >= 0.99", "metric", True, "bitemporal_accuracy 0.99"),
         ("C multihop_accuracy >= 0.99", "metric", True, "multihop_accuracy 0.99"),
         ("C stale_value_rate <= 0.005", "metric", True, "stale_value_rate 0.005"),
+        (
+            "C recall_stale_as_current_rate <= 0",
+            "metric",
+            True,
+            "recall_stale_as_current_rate 0",
+        ),
+        ("C recall_current_found_rate >= 0.95", "metric", True, "recall_current_found_rate 1"),
+        ("C recall_false_answer_rate <= 0", "metric", True, "recall_false_answer_rate 0"),
         (
             "cap 70: current_fact_accuracy, procedure_execution, handover_retention >= 0.6",
             "cap",
@@ -649,6 +683,396 @@ def test_paths_that_ignore_valid_time_are_found_through_ended_relations(db):
             assert result.detail.endswith("(through a relation not valid at that time)")
 
 
+# ------------------------------------------------------------ C6, asked through recall
+
+
+def asked_specs(seed: int, count: int = 72):
+    return asked.generate(random.Random(f"{seed}:C:semantic_recall:generate"), {"c6": count})
+
+
+def test_c6_draws_72_items_half_held_out_every_kind_in_both_vocabularies():
+    specs = asked_specs(5)
+    assert specs == asked_specs(5) != asked_specs(6)
+    suite = suites_select(codes=["C"])[0]
+    assert suite.specs(suite.generators[1], seed=5) == specs
+    assert [s.key for s in specs[:2]] == ["c6_0001", "c6_0002"]
+    assert Counter((s.metrics["split"], s.metrics["c6"]) for s in specs) == {
+        (split, kind): 12 if kind == "chain" else 6
+        for split in ("seen", "held_out")
+        for kind in ("chain", "late", "corrected", "ended", "never_stated")
+    }
+    assert {(s.metrics["c6"], tuple(s.metrics["checks"])) for s in specs} == {
+        ("chain", ("stale", "found")),
+        ("late", ("stale", "found")),
+        ("corrected", ("stale", "found")),
+        ("ended", ("stale", "false_answer")),
+        ("never_stated", ("false_answer",)),
+    }
+    subjects = [s.data["question"]["subject"] for s in specs]
+    assert len({s.lower() for s in subjects}) == 72
+    for spec in specs:
+        assert json.loads(json.dumps(spec.data)) == spec.data
+        assert spec.data["question"]["text"].count(spec.data["question"]["subject"]) == 1
+
+
+def asked_claims(spec) -> list[dict]:
+    """The item's writes of the attribute it asks, in the order it sends them."""
+    predicate = spec.data["question"]["predicate"]
+    return [w for w in spec.data["writes"] if w.get("claim", {}).get("predicate") == predicate]
+
+
+def one_edit(old: str, new: str) -> bool:
+    """One digit changed, two neighbouring digits swapped, or one word changed."""
+    if len(old) == len(new):
+        diffs = [i for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
+        if len(diffs) == 1:
+            return True
+        if len(diffs) == 2 and diffs[1] == diffs[0] + 1:
+            return old[diffs[0]] == new[diffs[1]] and old[diffs[1]] == new[diffs[0]]
+    words_old, words_new = re.split(r"[ -]", old), re.split(r"[ -]", new)
+    changed = [a != b for a, b in zip(words_old, words_new, strict=False)]
+    return len(words_old) == len(words_new) and sum(changed) == 1
+
+
+def test_c6_old_values_are_a_small_edit_of_the_current_one_and_told_as_the_kind_says():
+    for spec in asked_specs(7):
+        question, kind = spec.data["question"], spec.metrics["c6"]
+        writes, claims = spec.data["writes"], asked_claims(spec)
+        told = [w["claim"]["value"] for w in claims]
+        starts = [w["claim"]["valid_from"] for w in claims]
+        others = [w for w in writes if w["ref"].startswith("other:")]
+        assert 1 <= len(others) <= 2
+        assert all(w["round"] == 1 for w in others)
+        if kind == "never_stated":
+            assert (claims, question["expect"], question["stale"]) == ([], None, [])
+            continue
+        rounds = [w["round"] for w in writes if not w["ref"].startswith("other:")]
+        assert rounds == list(range(1, len(rounds) + 1))  # one change at a time
+        current = question["expect"]["value"] if question["expect"] else None
+        if current is not None:
+            assert all(one_edit(old, current) for old in question["stale"]), question
+        if kind == "chain":
+            assert told == [*question["stale"], current] and starts == sorted(starts)
+            assert len(told) in (2, 3)
+        elif kind == "late":  # the current value first, the older ones arrive after it
+            assert told == [current, *reversed(question["stale"])]
+            assert starts == sorted(starts, reverse=True)
+        elif kind == "corrected":
+            fix = writes[-1]
+            assert (fix["op"], fix["target"], fix["body"]["value"]) == ("correct", "v2", current)
+            assert told == question["stale"] and len(told) == 2
+        else:  # ended: nothing is current, every value told is stale
+            end = writes[-1]
+            assert (end["op"], question["expect"], question["stale"]) == ("end", None, told)
+            assert starts[-1] < end["body"]["valid_to"] < "2023-06-01"
+
+
+def test_c6_seen_questions_use_their_predicate_name_and_held_out_ones_none():
+    for name, family in asked.FAMILIES.items():
+        seen = asked.names(family, asked.SEEN)
+        held_out = asked.names(family, asked.HELD_OUT)
+        assert len(seen) == len(held_out) == 2, name
+        for predicate in seen:
+            for phrasing in asked.phrasings(family, asked.SEEN, predicate):
+                assert about.content_words(about.humanize(predicate)) & about.content_words(
+                    phrasing.replace("{s}", "")
+                ), phrasing
+        held_out_words = set().union(*(about.content_words(about.humanize(n)) for n in held_out))
+        for phrasing in asked.phrasings(family, asked.HELD_OUT, held_out[0]):
+            assert not held_out_words & about.content_words(phrasing.replace("{s}", "")), phrasing
+
+
+def hit(value, currentness="current", *, subject="Quokka retro", predicate="room"):
+    return {
+        "kind": "fact",
+        "id": f"f-{value}-{currentness}",
+        "text": f"{predicate} — {subject}: {value}",
+        "score": 1.0,
+        "signals": {},
+        "memory_status": {"currentness": currentness},
+        "fact": {"subject": {"id": "s", "name": subject}, "predicate": predicate, "value": value},
+    }
+
+
+def recall_answer(*evidence, route="current_fact", abstained=None, status=201):
+    body = {
+        "route": {"chosen": route, "rule": f"{route}.rule"},
+        "abstained": not evidence if abstained is None else abstained,
+        "evidence": list(evidence),
+        "near_misses": [],
+    }
+    return answer_of(ApiResponse(status=status, body=body, headers={}, text=json.dumps(body)))
+
+
+ASKED = {
+    "subject": "Quokka retro",
+    "predicate": "room",
+    "expect": {"value": "Room 4.21", "ref": "v2"},
+    "stale": ["Room 4.12"],
+}
+NOTHING = {**ASKED, "expect": None, "stale": ["Room 4.12", "Room 4.21"]}
+
+
+@pytest.mark.parametrize(
+    ("evidence", "found", "stale"),
+    [
+        ([hit("Room 4.21"), hit("Room 4.12", "superseded")], ("", ""), ("", "")),
+        (
+            [hit("Room 4.21"), hit("Room 4.12")],
+            ("", ""),
+            ("R3", "fact 'room — Quokka retro: Room 4.12' (current) presented as in force"),
+        ),
+        (
+            [hit("Room 4.12"), hit("Room 4.21", "superseded")],
+            (
+                "R3",
+                "fact 'room — Quokka retro: Room 4.12' (current) came first; the current value "
+                "ranked 2",
+            ),
+            ("R3", "fact 'room — Quokka retro: Room 4.12' (current) presented as in force"),
+        ),
+        (
+            [hit("Room 4.21", "contested"), hit("Room 4.12", "contested")],
+            ("U0", "the current value came back marked 'contested'"),
+            ("R3", "fact 'room — Quokka retro: Room 4.12' (contested) presented as in force"),
+        ),
+        (
+            [hit("Room 4.12", "superseded"), hit("Room 4.21")],
+            (
+                "R3",
+                "fact 'room — Quokka retro: Room 4.12' (superseded) came first; the current "
+                "value ranked 2",
+            ),
+            ("", ""),
+        ),
+        (
+            [hit("Room 4.21", subject="Quokka gala")],  # a look-alike's value, the same words
+            (
+                "R2",
+                "the current value is not among the evidence (first: fact 'room — Quokka gala: "
+                "Room 4.21' (current))",
+            ),
+            ("", ""),
+        ),
+        (
+            [hit("Room 4.12", predicate="hall")],  # another attribute with the old value
+            ("R2",),
+            ("", ""),
+        ),
+        ([], ("R2", "the recall abstained, but the value is stored"), ("", "")),
+    ],
+)
+def test_c6_the_current_value_must_come_first_and_no_old_one_as_current(evidence, found, stale):
+    answer = recall_answer(*evidence)
+    got_found = judge_recall_found(answer, ASKED)
+    got_stale = judge_recall_stale(answer, ASKED)
+    assert (got_found.code, got_found.detail)[: len(found)] == found[:2]
+    assert (got_stale.code, got_stale.detail) == stale
+    assert got_stale.stale == bool(stale[0])
+
+
+def test_c6_no_fact_from_another_store_is_R1_and_a_refused_recall_R2():
+    answer = recall_answer(route="multi_hop")
+    assert judge_recall_found(answer, ASKED) == miss(
+        F.R1, "routed to 'multi_hop' (by 'multi_hop.rule'); no fact came back"
+    )
+    refused = recall_answer(status=400)
+    for judge in (judge_recall_found, judge_recall_stale, judge_recall_false_answer):
+        verdict = judge(refused, ASKED)
+        assert (verdict.code, verdict.detail.split(":")[0]) == ("R2", "the recall was refused")
+
+
+@pytest.mark.parametrize(
+    ("evidence", "verdict"),
+    [
+        ([], ("", "")),
+        ([hit("Room 4.21", "superseded"), hit("Room 4.12", "superseded")], ("", "")),
+        ([hit("Room 4.21")], ("", "")),  # the ended value shown current: `stale` judges it
+        (
+            [hit("#quokka-alerts", predicate="channel")],
+            (
+                "R3",
+                "answered fact 'channel — Quokka retro: #quokka-alerts' (current); nothing of "
+                "the kind is in force",
+            ),
+        ),
+        ([hit("Room 4.21", "contested", subject="Quokka gala")], ("R3",)),
+    ],
+)
+def test_c6_where_nothing_is_in_force_any_fact_given_as_in_force_is_a_false_answer(
+    evidence, verdict
+):
+    got = judge_recall_false_answer(recall_answer(*evidence), NOTHING)
+    assert (got.code, got.detail)[: len(verdict)] == verdict
+    stale = judge_recall_stale(recall_answer(*evidence), NOTHING)
+    assert stale.ok == (evidence != [hit("Room 4.21")])
+
+
+def c6_outcome(split: str, kind: str, held: dict | None, passed: bool = True) -> ItemOutcome:
+    checks = {"chain": ["stale", "found"], "ended": ["stale", "false_answer"]}[kind]
+    metrics = {"kind": "C6", "c6": kind, "split": split, "checks": checks}
+    if held is not None:
+        metrics["held"] = held
+    return ItemOutcome(
+        suite="C",
+        item=f"c6_{split}_{kind}",
+        title="t",
+        passed=passed,
+        failure_code="" if passed else "R2",
+        detail="",
+        metrics=metrics,
+        duration_ms=1.0,
+        generator="semantic_recall",
+    )
+
+
+def test_c6_rates_per_vocabulary_and_an_item_that_could_not_ask_failed_every_check():
+    outcomes = [
+        c6_outcome("seen", "chain", {"stale": True, "found": True}),
+        c6_outcome("seen", "chain", {"stale": True, "found": False}, passed=False),
+        c6_outcome("seen", "ended", {"stale": True, "false_answer": True}),
+        c6_outcome("held_out", "chain", {"stale": True, "found": False}),
+        c6_outcome("held_out", "chain", None, passed=False),  # crashed: nothing held
+        c6_outcome("held_out", "ended", {"stale": False, "false_answer": False}, passed=False),
+        c6_outcome("held_out", "ended", {"stale": True, "false_answer": True}),
+    ]
+    assert recall_metrics(outcomes) == {
+        "recall_stale_as_current_rate": 2 / 7,
+        "recall_current_found_rate": 0.5,
+        "recall_current_found_rate_held_out": 0.0,
+        "recall_false_answer_rate": 0.0,
+        "recall_false_answer_rate_held_out": 0.5,
+    }
+    assert recall_metrics([outcome(True, {"as_of": 1}, {"as_of": 1})]) == {}
+    assert failing_checks("seen") == ("stale", "false_answer", "found")
+    assert failing_checks("held_out") == ("stale", "false_answer")
+
+
+class AskedRewriter(Faulty):
+    """Rewrites the answers to the items' own questions (route auto), not to
+    prepare's readiness probes (route current_fact)."""
+
+    def rewrite(self, body: dict) -> dict:
+        return body
+
+    def request(self, method, path, *, body=None, headers=None):
+        response = super().request(method, path, body=body, headers=headers)
+        if path == "/api/v1/recall" and body.get("route") == "auto" and response.status == 201:
+            return dataclasses.replace(response, body=self.rewrite(json.loads(response.text)))
+        return response
+
+
+class EveryFactCurrent(AskedRewriter):
+    """Every fact offered as current, the superseded values too."""
+
+    def rewrite(self, body):
+        for e in body["evidence"]:
+            e["memory_status"]["currentness"] = "current"
+        return body
+
+
+class OldestFirst(AskedRewriter):
+    """The facts in the order they were recorded: the stale value first."""
+
+    def rewrite(self, body):
+        body["evidence"].reverse()
+        return body
+
+
+class NearestAsAnswer(AskedRewriter):
+    """What came nearest offered as the answer, even when recall abstained."""
+
+    def rewrite(self, body):
+        if body["abstained"] and body["near_misses"]:
+            body["evidence"], body["abstained"] = body["near_misses"], False
+        return body
+
+
+class NeverAnswers(AskedRewriter):
+    def rewrite(self, body):
+        body["evidence"], body["near_misses"], body["abstained"] = [], [], True
+        return body
+
+
+def run_asked(transport, *, seed: int = 11, count: int = 12):
+    """C6's items through suite_execute against `transport`."""
+    module = SimpleNamespace(
+        __name__="semantic_recall", prepare=semantic.prepare_asked, check=semantic.check_asked
+    )
+    return run_suite_small(
+        transport,
+        code="C",
+        module=module,
+        draw=asked,
+        none={"c6": 0},
+        seed=seed,
+        counts={"c6": count},
+        successors=False,
+    )
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    """Fact texts rendered and embedded in this process as each write commits (a worker's job)."""
+    monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_c6_against_the_real_service_no_old_value_is_current_and_the_seen_ones_are_found(eager):
+    specs, outcomes = run_asked(InProcessTransport())
+    assert len(outcomes) == 12
+    metrics = recall_metrics(outcomes)
+    assert metrics["recall_stale_as_current_rate"] == 0
+    assert (metrics["recall_current_found_rate"], metrics["recall_false_answer_rate"]) == (1, 0)
+    assert [(o.item, o.failure_code) for o in outcomes if o.metrics["split"] == "seen"] == [
+        (s.key, "") for s in specs if s.metrics["split"] == "seen"
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_c6_a_superseded_value_offered_as_current_or_first_fails_R3(eager):
+    _, outcomes = run_asked(EveryFactCurrent(InProcessTransport()))
+    stale = [o for o in outcomes if not o.metrics["held"].get("stale", True)]
+    assert stale and {o.failure_code for o in stale} == {"R3"}
+    assert all(
+        o.detail.startswith("stale: ") and "presented as in force" in o.detail for o in stale
+    )
+    assert recall_metrics(outcomes)["recall_stale_as_current_rate"] > 0
+    _, outcomes = run_asked(OldestFirst(InProcessTransport()))
+    seen = [
+        o for o in outcomes if o.metrics["split"] == "seen" and o.metrics["c6"] != "never_stated"
+    ]
+    outranked = [o for o in seen if "came first; the current value ranked" in o.detail]
+    assert outranked and {o.failure_code for o in outranked} == {"R3"}
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_c6_abstaining_everywhere_fails_the_seen_items_R2_and_answering_everywhere_the_negatives(
+    eager,
+):
+    _, outcomes = run_asked(NeverAnswers(InProcessTransport()))
+    assert [(o.metrics["split"], o.metrics["c6"], o.failure_code) for o in outcomes] == [
+        (
+            o.metrics["split"],
+            o.metrics["c6"],
+            "R2" if o.metrics["split"] == "seen" and o.metrics["c6"] in asked.ANSWER_KINDS else "",
+        )
+        for o in outcomes
+    ]
+    metrics = recall_metrics(outcomes)
+    assert (
+        metrics["recall_current_found_rate"],
+        metrics["recall_current_found_rate_held_out"],
+    ) == (0, 0)
+    _, outcomes = run_asked(NearestAsAnswer(InProcessTransport()))
+    negatives = [o for o in outcomes if o.metrics["c6"] == "never_stated"]
+    assert negatives and {o.failure_code for o in negatives} == {"R3"}
+    assert recall_metrics(outcomes)["recall_false_answer_rate"] > 0
+
+
 # --------------------------------------------------------------------------- the command
 
 
@@ -664,6 +1088,9 @@ SMALL = {"c1": 5, "c2": 5, "c3": 5, "c4": 5, "c5": 6}
 @pytest.mark.django_db(transaction=True)
 def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
     monkeypatch.setattr(draw, "COUNTS", SMALL)
+    # C6: two old values asked of in each vocabulary, one seen and one held-out
+    # never stated (its gated metrics).
+    monkeypatch.setattr(asked, "COUNTS", {"c6": 6})
     monkeypatch.setattr(working_state_draw, "COUNTS", {"a1": 2, "a2": 2, "a3": 2, "a4": 2})
     monkeypatch.setattr(prospective_draw, "COUNTS", dict.fromkeys(prospective_draw.COUNTS, 2))
     monkeypatch.setattr(procedural_draw, "COUNTS", dict.fromkeys(procedural_draw.COUNTS, 1))
@@ -700,7 +1127,7 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
     assert {code: s["items"] for code, s in run.suite_scores.items()} == {
         "A": 8,
         "B": 8,
-        "C": 26,
+        "C": 26 + 6,
         "D": 6,
         "E": 14,
         "F": 12,
@@ -730,12 +1157,25 @@ def test_battery_run_suite_C_exits_non_zero_when_a_gate_fails(monkeypatch, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_battery_run_suite_C_passes_its_gates_against_the_real_service(tmp_path):
+def test_battery_run_suite_C_passes_its_gates_against_the_real_service(monkeypatch, tmp_path):
+    # C6 waits for the fact texts a worker renders: here in this process, on commit.
+    monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
     output = battery("run", "--suite", "C", "--seed", "7", "--report", str(tmp_path))
     run = BatteryRun.objects.get()
-    assert (run.status, run.score_of_run, run.suites) == ("incomplete", 100.0, ["C"])
+    # The only misses: C6 questions in the held-out vocabulary answered with
+    # another attribute where nothing is in force (at this seed, "Which patch
+    # level is the Puffin relay at?" with its rack position: WordNet has
+    # "patch ~ spot"). They fail their items; their rate is reported, not gated.
+    failed = list(run.items.exclude(failure_code="").values_list("item", "failure_code"))
+    assert {(item[:3], code) for item, code in failed} <= {("c6_", "R3")}
     suite = run.suite_scores["C"]
-    assert (suite["items"], suite["passed"], suite["gate_passed"]) == (540, 540, True)
+    assert (suite["items"], suite["passed"], suite["gate_passed"]) == (612, 612 - len(failed), True)
+    assert run.status == "incomplete" and run.suites == ["C"]
+    reported = [
+        suite["metrics"].pop(f"recall_{m}_held_out")
+        for m in ("current_found_rate", "false_answer_rate")
+    ]
+    assert 0 < reported[0] < 1 and reported[1] == len(failed) / 12
     assert suite["metrics"] == {
         "current_value_accuracy": 1.0,
         "as_of_accuracy": 1.0,
@@ -744,6 +1184,9 @@ def test_battery_run_suite_C_passes_its_gates_against_the_real_service(tmp_path)
         "multihop_accuracy": 1.0,
         "stale_value_rate": 0.0,
         "current_fact_accuracy": 1.0,
+        "recall_stale_as_current_rate": 0.0,
+        "recall_current_found_rate": 1.0,
+        "recall_false_answer_rate": 0.0,
     }
     assert [(g["name"], g["passed"]) for g in run.gates if g["kind"] != "cap"] == [
         ("C pass rate >= 99%", True),
@@ -753,9 +1196,15 @@ def test_battery_run_suite_C_passes_its_gates_against_the_real_service(tmp_path)
         ("C bitemporal_accuracy >= 0.99", True),
         ("C multihop_accuracy >= 0.99", True),
         ("C stale_value_rate <= 0.005", True),
+        ("C recall_stale_as_current_rate <= 0", True),
+        ("C recall_current_found_rate >= 0.95", True),
+        ("C recall_false_answer_rate <= 0", True),
     ]
-    assert Counter(run.items.values_list("failure_code", flat=True)) == {"": 540}
-    assert "FAIL" not in output
+    assert Counter(run.items.values_list("failure_code", flat=True)) == {"": 612 - len(failed)} | (
+        {"R3": len(failed)} if failed else {}
+    )
+    # No gate failed: FAIL is printed only for those items.
+    assert all(line.lstrip().startswith("C.c6_") for line in output.splitlines() if "FAIL" in line)
     report = json.loads((tmp_path / "report.json").read_text())
     assert Counter(i["metrics"]["kind"] for i in report["items"]) == {
         "C1": 200,
@@ -763,4 +1212,5 @@ def test_battery_run_suite_C_passes_its_gates_against_the_real_service(tmp_path)
         "C3": 80,
         "C4": 80,
         "C5": 60,
+        "C6": 72,
     }

@@ -7,6 +7,14 @@ C5 multi-hop relations. One throwaway agent holds the world of all of them:
 `prepare` writes it round by round, each round in batches of up to 1,000
 claims, asking the questions that concern a moment mid-way (C3's contest)
 right then; each item's `check` then asks the rest. Grading is in judge.py.
+
+A second draw (asked.py) makes 72 C6 items "asked through recall": facts
+whose value changed to a textually close one, asked in plain words with
+POST /recall (route auto), in a seen and a held-out vocabulary. They are
+written into the same agent after C1-C5's world (the recall sees all of
+it), the service is waited for until it has indexed their text (the worker
+renders each pair as text after commit; asking before would measure a
+race), then every question is asked once.
 """
 
 from __future__ import annotations
@@ -16,16 +24,35 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ...registry import ItemSpec, MetricGate, Suite, register
+from ...registry import ItemFailure, ItemSpec, MetricGate, Suite, register
 from ...runner import ItemContext
 from ...taxonomy import FailureCode as F
+from ..episodic.api import Answer, answer_of, await_progress
 from . import api as facts_api
 from .api import MAX_BATCH, FactsApi
+from .asked import generate as generate_asked
 from .draw import generate
-from .judge import CORRECT, Tally, Verdict, judge_paths, judge_values, miss, summarize
+from .judge import (
+    CORRECT,
+    RECALL_JUDGES,
+    Tally,
+    Verdict,
+    failing_checks,
+    judge_paths,
+    judge_values,
+    miss,
+    summarize,
+)
 
 ACCURACY_GATE = 0.99
 STALE_GATE = 0.005
+# C6: a superseded value presented as current through recall is the promise
+# broken, in any words (0). On the seen vocabulary the current value is found
+# and nothing is answered where nothing is in force, at what the code reaches
+# (docs/battery.md); on the held-out vocabulary both rates are reported only.
+RECALL_STALE_GATE = 0.0
+RECALL_FOUND_GATE = 0.95
+RECALL_FALSE_ANSWER_GATE = 0.0
 
 suite = register(
     Suite(
@@ -46,6 +73,9 @@ suite = register(
             MetricGate("bitemporal_accuracy", minimum=ACCURACY_GATE),
             MetricGate("multihop_accuracy", minimum=ACCURACY_GATE),
             MetricGate("stale_value_rate", maximum=STALE_GATE),
+            MetricGate("recall_stale_as_current_rate", maximum=RECALL_STALE_GATE),
+            MetricGate("recall_current_found_rate", minimum=RECALL_FOUND_GATE),
+            MetricGate("recall_false_answer_rate", maximum=RECALL_FALSE_ANSWER_GATE),
         ),
     )
 )
@@ -347,3 +377,136 @@ def check(ctx: ItemContext, spec: ItemSpec, world: World) -> dict[str, Any]:
 
 
 suite.generated("semantic", generate=generate, prepare=prepare, check=check)
+
+
+# --------------------------------------------------------- C6, asked through recall
+
+LIMIT = 10
+INDEX_STALL_SECONDS = 60.0
+POLL_SECONDS = 0.25
+
+
+@dataclass
+class AskedWorld(World):
+    unindexed: set[str] = field(default_factory=set)  # item keys whose text never came
+    answers: dict[str, Answer] = field(default_factory=dict)
+
+
+def _awaited(spec: ItemSpec) -> list[tuple[str, str, Any]]:
+    """(subject, predicate, value) of what the item's question needs indexed:
+    its current value, and its subject's other attributes."""
+    question = spec.data["question"]
+    wanted = [
+        (w["claim"]["subject"], w["claim"]["predicate"], w["claim"]["value"])
+        for w in spec.data["writes"]
+        if w["ref"].startswith("other:")
+    ]
+    if question["expect"] is not None:
+        wanted.append((question["subject"], question["predicate"], question["expect"]["value"]))
+    return wanted
+
+
+def _findable(api: FactsApi, subject: str, predicate: str, value: Any) -> bool:
+    """Has the service indexed this pair's text with this value? Asked with
+    the pair's own words on the facts route (never the item's question)."""
+    probe = f"{predicate.replace('_', ' ')} {subject}"
+    answer = answer_of(api.recall(probe, route="current_fact", limit=LIMIT))
+    return any(
+        hit.kind == "fact"
+        and str((hit.obj.get("subject") or {}).get("name", "")).lower() == subject.lower()
+        and hit.obj.get("predicate") == predicate
+        and hit.obj.get("value") == value
+        and hit.signals.get("vector_similarity") is not None
+        for hit in answer.evidence
+    )
+
+
+def _await_indexed(api: FactsApi, world: AskedWorld, specs: Sequence[ItemSpec]) -> None:
+    """Wait until every awaited pair is findable by its text. Pairs are
+    rendered in the order they were written, so each poll stops at the first
+    one still missing; after a stall, one full pass says which never came."""
+    waiting = [
+        (spec.key, pair)
+        for spec in specs
+        if spec.key not in world.errors
+        for pair in _awaited(spec)
+    ]
+
+    def pending() -> int:
+        while waiting and _findable(api, *waiting[0][1]):
+            waiting.pop(0)
+        return len(waiting)
+
+    if not await_progress(pending, stall_seconds=INDEX_STALL_SECONDS, poll=POLL_SECONDS):
+        return
+    world.unindexed.update(key for key, pair in waiting if not _findable(api, *pair))
+
+
+def prepare_asked(ctx: ItemContext, specs: Sequence[ItemSpec]) -> AskedWorld:
+    """Write every C6 item's facts round by round (claims batched, then
+    corrections and ends), wait until they are indexed, ask every question."""
+    api = FactsApi(ctx.client)
+    world = AskedWorld()
+    rounds = max((w["round"] for spec in specs for w in spec.data["writes"]), default=0)
+    for number in range(1, rounds + 1):
+        writes = [
+            (spec.key, write)
+            for spec in specs
+            for write in spec.data["writes"]
+            if write["round"] == number and spec.key not in world.errors
+        ]
+        _assert_round(api, world, [(key, w) for key, w in writes if w["op"] == "assert"])
+        for key, write in writes:
+            if write["op"] != "assert" and key not in world.errors:
+                _act(api, world, key, write)
+    _await_indexed(api, world, specs)
+    for spec in specs:
+        if spec.key not in world.errors:
+            world.answers[spec.key] = answer_of(api.recall(spec.data["question"]["text"]))
+    return world
+
+
+def check_asked(ctx: ItemContext, spec: ItemSpec, world: AskedWorld) -> dict[str, Any]:
+    """Judge the item's answer on each of its checks (judge.py). It fails on
+    the first check missed that fails it (judge.failing_checks); every
+    check's result is in its metrics."""
+    question, checks = spec.data["question"], spec.data["checks"]
+    answer = world.answers.get(spec.key)
+    if spec.key in world.errors:
+        broken: Verdict | None = miss(F.W0, world.errors[spec.key])
+    elif spec.key in world.unindexed:
+        broken = miss(
+            F.W1, f"its facts were not indexed {INDEX_STALL_SECONDS:g} s after the last progress"
+        )
+    elif answer is None:
+        broken = miss(F.W0, "the question was never asked")
+    else:
+        broken = None
+    verdicts: dict[str, Verdict] = {}
+    for name in checks:
+        if broken is not None:
+            verdicts[name] = broken
+            continue
+        try:
+            verdicts[name] = RECALL_JUDGES[name](answer, question)
+        except Exception as exc:  # an answer of an unexpected shape
+            verdicts[name] = miss(spec.default_code, f"the answer could not be read: {exc!r}")
+    metrics: dict[str, Any] = {"held": {name: v.ok for name, v in verdicts.items()}}
+    if answer is not None:
+        metrics["route"] = answer.route.get("chosen")
+    missed = [(name, v) for name, v in verdicts.items() if not v.ok]
+    if missed:
+        metrics["missed"] = [{"check": name, "code": v.code} for name, v in missed]
+    failing = [(name, v) for name, v in missed if name in failing_checks(spec.metrics["split"])]
+    if not failing:
+        return metrics
+    name, first = failing[0]
+    detail = f"{name}: {question['text']!r}: {first.detail}"
+    if len(missed) > 1:
+        detail += " (also " + ", ".join(f"{n} {v.code}" for n, v in missed if n != name) + ")"
+    raise ItemFailure(first.code, detail, metrics=metrics)
+
+
+suite.generated(
+    "semantic_recall", generate=generate_asked, prepare=prepare_asked, check=check_asked
+)

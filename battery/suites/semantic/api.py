@@ -14,6 +14,7 @@ from ...transport import ApiClient, ApiResponse
 
 FACTS = "/api/v1/facts"
 PATHS = "/api/v1/graph/paths"
+RECALL = "/api/v1/recall"
 MAX_BATCH = 1000
 
 
@@ -91,6 +92,10 @@ class FactsApi:
             max_hops=hops,
             valid_time=valid_time,
         )
+
+    def recall(self, query: str, *, route: str = "auto", limit: int = 10) -> ApiResponse:
+        """A question in plain words (C6); read the answer with episodic.api.answer_of."""
+        return self.client.post(RECALL, {"query": query, "route": route, "limit": limit})
 
 
 # ---------------------------------------------------------------- reading answers
