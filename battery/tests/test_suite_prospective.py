@@ -48,7 +48,7 @@ from battery.taxonomy import FailureCode as F
 from battery.tests.helpers import Faulty, run_suite_small
 from battery.transport import InProcessTransport
 
-KINDS = ("e1", "e2", "e3", "e4", "e5", "e6", "e7")
+KINDS = ("e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8")
 NONE = dict.fromkeys(KINDS, 0)
 
 
@@ -233,7 +233,7 @@ def test_suite_E_is_registered_with_its_design_weight_and_gates():
         "handover_retention >= 1",
     ]
     assert (suite.items, [g.key for g in suite.generators]) == ([], ["prospective"])
-    assert suite.item_count(seed=0) == 300
+    assert suite.item_count(seed=0) == 320
 
 
 def test_the_same_seed_draws_the_same_items_and_another_seed_others():
@@ -245,7 +245,7 @@ def test_the_same_seed_draws_the_same_items_and_another_seed_others():
 
 
 @pytest.mark.parametrize("seed", [0, 21])
-def test_a_run_draws_300_items_of_all_seven_kinds_and_counts_what_it_plans(seed):
+def test_a_run_draws_320_items_of_all_eight_kinds_and_counts_what_it_plans(seed):
     specs = specs_for(seed)
     assert Counter(s.metrics["kind"] for s in specs) == {
         "E1": 60,
@@ -255,9 +255,10 @@ def test_a_run_draws_300_items_of_all_seven_kinds_and_counts_what_it_plans(seed)
         "E5": 30,
         "E6": 40,
         "E7": 40,
+        "E8": 20,
     }
     assert [s.key for s in specs[:2]] == ["e1_0001", "e1_0002"]
-    assert len({s.key for s in specs}) == len({s.data["token"] for s in specs}) == 300
+    assert len({s.key for s in specs}) == len({s.data["token"] for s in specs}) == 320
     planned = Counter()
     for spec in specs:
         assert spec.metrics["planned"] == Counter(c["metric"] for c in spec.data["checks"])
@@ -285,7 +286,12 @@ def test_a_run_draws_300_items_of_all_seven_kinds_and_counts_what_it_plans(seed)
     for spec in specs:
         for metric in ("handover", "handover_fire"):
             by_kind[spec.metrics["kind"], metric] += spec.metrics["planned"].get(metric, 0)
-    assert {key for key, n in by_kind.items() if n} == {("E5", "handover"), ("E5", "handover_fire")}
+    assert {key for key, n in by_kind.items() if n} == {
+        ("E5", "handover"),
+        ("E5", "handover_fire"),
+        ("E8", "handover"),
+        ("E8", "handover_fire"),
+    }
     # Enough of each for a stable rate.
     assert planned["recall"] + planned["handover_fire"] >= 300
     assert planned["quiet"] + planned["once"] >= 600
@@ -876,7 +882,9 @@ def first_miss(result) -> tuple[str, str]:
 
 
 def test_every_kind_passes_against_the_real_service(db):
-    specs, outcomes = run_small(InProcessTransport(), e1=5, e2=5, e3=5, e4=5, e5=4, e6=5, e7=6)
+    specs, outcomes = run_small(
+        InProcessTransport(), e1=5, e2=5, e3=5, e4=5, e5=4, e6=5, e7=6, e8=4
+    )
     assert [(o.item, o.passed, o.failure_code, o.detail) for o in outcomes] == [
         (s.key, True, "", "") for s in specs
     ]
@@ -1024,8 +1032,27 @@ def test_a_ledger_that_records_a_firing_twice_is_P1(db):
 def test_a_resume_that_forgets_the_threads_intentions_is_R2(db):
     _, outcomes = run_small(ResumeForgetsIntentions(InProcessTransport()), e5=4)
     assert [first_miss(o) for o in outcomes] == [
-        ("R2", "early listed: an open intention of the thread is not listed on resume")
+        ("R2", "early listed: an open intention the successor must see is not listed on resume")
     ] * 4
+    assert summarize(outcomes).metrics["handover_retention"] < 1
+
+
+class ResumeListsOnlyTheThreads(Faulty):
+    """A resume as it was before: the thread's intentions, none of no thread."""
+
+    def request(self, method, path, *, body=None, headers=None):
+        response = super().request(method, path, body=body, headers=headers)
+        if method == "POST" and path.endswith("/resume") and response.status == 200:
+            kept = [i for i in response.body["intentions"] if i.get("thread")]
+            return dataclasses.replace(response, body={**response.body, "intentions": kept})
+        return response
+
+
+def test_a_resume_without_the_sessions_promises_of_no_thread_is_R2(db):
+    _, outcomes = run_small(ResumeListsOnlyTheThreads(InProcessTransport()), e8=3)
+    assert [first_miss(o) for o in outcomes] == [
+        ("R2", "promise listed: an open intention the successor must see is not listed on resume")
+    ] * 3
     assert summarize(outcomes).metrics["handover_retention"] < 1
 
 
@@ -1078,7 +1105,7 @@ def test_battery_run_suite_E_passes_its_gates_against_the_real_service(tmp_path)
     run = BatteryRun.objects.get()
     assert (run.status, run.score_of_run, run.suites) == ("incomplete", 100.0, ["E"])
     suite = run.suite_scores["E"]
-    assert (suite["items"], suite["passed"], suite["gate_passed"]) == (300, 300, True)
+    assert (suite["items"], suite["passed"], suite["gate_passed"]) == (320, 320, True)
     assert suite["metrics"] == {
         "trigger_recall": 1.0,
         "false_fire_rate": 0.0,
@@ -1095,7 +1122,7 @@ def test_battery_run_suite_E_passes_its_gates_against_the_real_service(tmp_path)
         ("E handover_retention >= 1", True),
     ]
     assert all(g["passed"] for g in run.gates if not g["fail_closed"])
-    assert Counter(run.items.values_list("failure_code", flat=True)) == {"": 300}
+    assert Counter(run.items.values_list("failure_code", flat=True)) == {"": 320}
     assert "FAIL" not in output
     report = json.loads((tmp_path / "report.json").read_text())
     assert Counter(i["metrics"]["kind"] for i in report["items"]) == {
@@ -1106,6 +1133,7 @@ def test_battery_run_suite_E_passes_its_gates_against_the_real_service(tmp_path)
         "E5": 30,
         "E6": 40,
         "E7": 40,
+        "E8": 20,
     }
     # The suite runs on its simulated clock, not in real hours; how long it takes
     # is not asserted here (41 s alone, 90-136 s beside other work on 2 cores).

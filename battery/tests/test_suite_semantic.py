@@ -1129,7 +1129,7 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
         "B": 8,
         "C": 26 + 6,
         "D": 6,
-        "E": 14,
+        "E": 16,
         "F": 12,
         "G": 7,
         "H": 2,

@@ -27,7 +27,9 @@ An item's `data`:
   - `handover` (E5): the resume lists the thread's open intentions (`listed`)
     and not its finished ones (`unlisted`), due and overdue first (`order`),
     the fired one in the pending list (`pending`); after the
-    acknowledgement each is `inherited` by the successor.
+    acknowledgement each is `inherited` by the successor. (E8): the resume
+    also lists the promises of no thread that the handing-over session made,
+    among the hundreds of other reminders the run's agent holds.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from typing import Any
 from ...registry import ItemSpec
 from ...taxonomy import FailureCode as F
 
-COUNTS = {"e1": 60, "e2": 60, "e3": 40, "e4": 30, "e5": 30, "e6": 40, "e7": 40}
+COUNTS = {"e1": 60, "e2": 60, "e3": 40, "e4": 30, "e5": 30, "e6": 40, "e7": 40, "e8": 20}
 
 T0 = datetime(2031, 6, 2, 8, 0, tzinfo=UTC)
 STEP_HOURS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 32, 33, 34, 35, 36, 37, 38)
@@ -1099,6 +1101,54 @@ def _e7_recurring(draw: Draw, plan: Plan, number: int, *, skip: bool) -> ItemSpe
     return plan.spec("e7", number, title, "recurring_skip" if skip else "recurring")
 
 
+# --------------------------------------------------- E8 promises of no thread
+
+
+def e8_threadless(draw: Draw, count: int) -> list[ItemSpec]:
+    """A session's promises that belong to no thread survive its handover: the
+    successor's resume lists them (beside the run's hundreds of other reminders,
+    many more urgent), and they fire afterwards, once."""
+    return [_e8_item(draw, number) for number in range(1, count + 1)]
+
+
+def _e8_item(draw: Draw, number: int) -> ItemSpec:
+    rng = draw.rng
+    token = draw.token()
+    plan = Plan(token)
+    first, successor = f"session-{token}-1", f"session-{token}-2"
+    created = rng.randrange(0, 3)
+    handover = rng.randrange(created + 2, LAST - 4)
+    resume = handover + 1
+    plan.act(
+        created,
+        "thread",
+        ref="t",
+        key=f"e8-{token}",
+        session=first,
+        state={"goal": f"Answer the customer for {token}", "next_action": "draft the reply"},
+    )
+    promises = ["promise"] + (["second"] if rng.random() < 0.5 else [])
+    fired_at = {}
+    for ref in promises:
+        due = rng.randrange(resume + 1, LAST)
+        body = _time_body(rng, token, between(rng, due))
+        body["description"] = _description(rng, token, rng.choice(TASKS) + " (no thread)")
+        plan.create(created, ref, body, source_session=first)
+        plan.quiet(ref, due - 1, "the tick before due_at")
+        plan.recall(ref, due, metric="handover_fire")
+        fired_at[ref] = due
+    plan.act(
+        handover, "handover", ref="t", to=successor, **{"from": first}, note=f"restart {token}"
+    )
+    plan.act(resume, "resume", ref="t", session=successor)
+    plan.act(resume, "acknowledge", ref="t", session=successor)
+    for ref in promises:
+        plan.check("listed", "handover", thread="t", ref=ref, step=resume)
+        _fired_then_done(plan, ref, fired_at[ref])
+    title = f"E8 handover at step {handover}: {len(promises)} promises of no thread"
+    return plan.spec("e8", number, title, "across_gap" if resume == GAP_STEP else "within_day")
+
+
 KINDS: dict[str, Callable[[Draw, int], list[ItemSpec]]] = {
     "e1": e1_time,
     "e2": e2_event,
@@ -1107,11 +1157,12 @@ KINDS: dict[str, Callable[[Draw, int], list[ItemSpec]]] = {
     "e5": e5_handover,
     "e6": e6_cancellation,
     "e7": e7_completion,
+    "e8": e8_threadless,
 }
 
 
 def generate(rng: random.Random, counts: dict[str, int] | None = None) -> list[ItemSpec]:
-    """Every item of a run, E1 to E7, in that order."""
+    """Every item of a run, E1 to E8, in that order."""
     counts = {**COUNTS, **(counts or {})}
     draw = Draw(rng)
     return [spec for kind, make in KINDS.items() for spec in make(draw, counts[kind])]

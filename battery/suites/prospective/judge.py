@@ -172,7 +172,7 @@ def judge_listed(intention_id: str, package: Mapping[str, Any], *, listed: bool)
         return CORRECT
     if listed:
         # not in the resume: not among what the successor was given
-        return miss(F.R2, "an open intention of the thread is not listed on resume")
+        return miss(F.R2, "an open intention the successor must see is not listed on resume")
     return miss(F.R3, "a completed intention is listed on resume as open")
 
 
