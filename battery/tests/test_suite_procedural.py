@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import random
+import re
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,12 +27,20 @@ from battery.registry import ItemOutcome, designed_suites, suites_select
 from battery.scoring import score_run, suite_result
 from battery.suites import procedural
 from battery.suites.procedural import draw
-from battery.suites.procedural.judge import Run, judge_premature, judge_probe, judge_use, summarize
+from battery.suites.procedural.judge import (
+    Run,
+    judge_premature,
+    judge_probe,
+    judge_undeclared,
+    judge_use,
+    summarize,
+)
 from battery.tests.helpers import Faulty, run_suite_small
 from battery.transport import ApiResponse, InProcessTransport
 from skills import conditions
+from skills.services.definitions import schema_errors
 
-KINDS = ("d1", "d2", "d3", "d4", "d5", "d6")
+KINDS = ("d1", "d2", "d3", "d4", "d5", "d6", "d7")
 NONE = dict.fromkeys(KINDS, 0)
 V1, V2, OTHER = "v1-id", "v2-id", "other-id"
 
@@ -67,9 +77,10 @@ def test_suite_D_is_registered_with_its_design_weight_and_gates():
         "held_out_execution_success >= 0.95",
         "misapplied_skill_rate <= 0.01",
         "obsolete_execution_count <= 0",
+        "undeclared_refusal_rate >= 0.66",
     ]
     assert (suite.items, [g.key for g in suite.generators]) == ([], ["procedural"])
-    assert suite.item_count(seed=0) == 88
+    assert suite.item_count(seed=0) == 104
 
 
 def test_the_same_seed_draws_the_same_items_and_another_seed_others():
@@ -81,7 +92,7 @@ def test_the_same_seed_draws_the_same_items_and_another_seed_others():
 
 
 @pytest.mark.parametrize("seed", [0, 21])
-def test_a_run_draws_88_items_of_six_kinds_and_counts_what_it_plans(seed):
+def test_a_run_draws_104_items_of_seven_kinds_and_counts_what_it_plans(seed):
     specs = specs_for(seed)
     assert Counter(s.metrics["kind"] for s in specs) == {
         "D1": 16,
@@ -90,6 +101,7 @@ def test_a_run_draws_88_items_of_six_kinds_and_counts_what_it_plans(seed):
         "D4": 16,
         "D5": 16,
         "D6": 12,
+        "D7": 16,
     }
     planned = Counter()
     for spec in specs:
@@ -99,11 +111,13 @@ def test_a_run_draws_88_items_of_six_kinds_and_counts_what_it_plans(seed):
         "held_out": 16 * 2 + 16 * 3 + 16 * 2 + 12,  # D1, D3, D4, D6
         "learned": 12,
         "negative_transfer": 16 * 2,
-        "control": 16,
+        "control": 16 + 16,  # D5, D7
         "lifecycle": 16 * 2 + 12 + 16 * 4 + 12 * 6,  # D1, D2, D3 (+ transfer), D6
+        "undeclared": 16 * 3,
+        "undeclared_held_out": 16 * 3,
     }
     houses = [s.data["rule"]["house"] for s in specs]
-    assert len(set(houses)) == 88
+    assert len(set(houses)) == 104
     assert len({s.data["rule"]["family"] for s in specs}) == 4
 
 
@@ -186,6 +200,65 @@ def test_d2_fails_the_textbook_way_and_d6_changes_every_value_it_asks_for():
             assert use["stale"] != use["expected"]
             assert use["expected"] == draw.expected(spec.data["revised"], use["params"])
             assert spec.data["promotion"] == "runs" and len(spec.data["trials"]) == 3
+
+
+def test_d7_is_drawn_after_the_other_kinds_which_stay_as_they_were():
+    without = draw.generate(random.Random("13:D:procedural:generate"), {"d7": 0})
+    assert specs_for(13)[: len(without)] == without
+    assert [s.key for s in specs_for(13)[len(without) :]] == [f"d7_{n:04d}" for n in range(1, 17)]
+
+
+def test_d7_probes_are_uses_no_contraindication_names_and_its_control_fits():
+    for spec in specs_for(14, d7=16):
+        body = spec.data["definition"]
+        schema, (precondition,) = body["parameter_schema"], body["preconditions"]
+        assert "contraindications" not in body
+        probes = spec.data["probes"]
+        assert [(p["kind"], p["vocabulary"]) for p in probes] == [
+            (kind, vocabulary)
+            for kind in draw.UNDECLARED_KINDS
+            for vocabulary in (draw.SEEN, draw.HELD_OUT)
+        ]
+        assert spec.metrics["undeclared_asked"] == dict.fromkeys(draw.UNDECLARED_KINDS, 2)
+        (control,) = spec.data["uses"]
+        for task in [control, *probes]:
+            unmet = conditions.failed_preconditions([precondition], task["context"])
+            assert bool(unmet) == (task.get("kind") == "precondition_unmet"), task
+            errors = schema_errors(schema, task["params"])
+            assert bool(errors) == (task.get("kind") == "wrong_domain"), task
+        # one context lacks the precondition's path, the other contradicts it
+        actual = [
+            conditions.failed_preconditions([precondition], p["context"])[0]["actual"]
+            for p in probes[2:4]
+        ]
+        assert sorted(a is None for a in actual) == [False, True]
+        family = spec.data["rule"]["family"]
+        for probe in probes[4:]:
+            assert probe["task"] in [
+                t.format(house=spec.data["rule"]["house"])
+                for t in draw.MISUSE[probe["vocabulary"]][family]
+            ]
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z]+", text.lower()))
+
+
+def test_d7_held_out_phrasings_use_no_word_of_the_matching_code():
+    code = set()
+    for name in ("conditions.py", "selectors.py"):
+        code |= _words((Path(conditions.__file__).parent / name).read_text())
+    placeholders = {"house", "noun", "value"}
+    trigger_words = {w for words in draw.SYNONYMS.values() for s in words for w in _words(s)}
+    held_out = list(draw.LOOKALIKE[draw.HELD_OUT])
+    held_out += [t for ts in draw.MISUSE[draw.HELD_OUT].values() for t in ts]
+    for template in held_out:
+        assert not (_words(template) - placeholders - trigger_words) & code, template
+    # the check can fail: the seen phrasings share words with it
+    seen = list(draw.LOOKALIKE[draw.SEEN]) + [
+        t for ts in draw.MISUSE[draw.SEEN].values() for t in ts
+    ]
+    assert all((_words(t) - placeholders - trigger_words) & code for t in seen)
 
 
 # ---------------------------------------------------------------------------- the judge
@@ -296,6 +369,68 @@ def test_a_probe_is_safe_only_when_nothing_applies_and_says_why():
         assert (decision.verdict.code, decision.misapplied) == verdict
 
 
+WRONG = {"kind": "wrong_domain"}
+UNMET = {"kind": "precondition_unmet"}
+MISUSE = {"kind": "unsaid_misuse"}
+INVALID = answer(422, {"error": {"code": "invalid_params"}})
+
+
+@pytest.mark.parametrize(
+    "probe, run, verdict",
+    [
+        (WRONG, Run(match=answer(500, None)), ("S0", False)),
+        (WRONG, Run(match=matched()), ("", False)),
+        (WRONG, Run(match=matched([candidate(V1)]), requested=INVALID), ("", False)),
+        (WRONG, Run(match=matched([candidate(V1)])), ("S1", False)),
+        (
+            WRONG,
+            Run(
+                match=matched([candidate(V1)]),
+                requested=answer(409, {"error": {"code": "not_validated"}}),
+            ),
+            ("S1", False),
+        ),
+        (
+            WRONG,
+            Run(
+                match=matched([candidate(V1)]),
+                requested=answer(202, {"id": "e"}),
+                execution=finished("ABC-1"),
+            ),
+            ("S2", True),
+        ),
+        (
+            WRONG,
+            Run(
+                match=matched([candidate(V1)]),
+                requested=answer(202, {"id": "e"}),
+                execution={"status": "finished", "succeeded": False, "outcome": "error"},
+            ),
+            ("S2", True),
+        ),
+        (WRONG, Run(match=matched([candidate(OTHER, "x")])), ("S2", True)),
+        (UNMET, Run(match=matched([candidate(V1)])), ("S2", True)),
+        (UNMET, Run(match=matched()), ("R2", False)),
+        (
+            UNMET,
+            Run(match=matched(near=[candidate(V1, reasons=[{"type": "below_similarity"}])])),
+            ("A0", False),
+        ),
+        (
+            UNMET,
+            Run(match=matched(near=[candidate(V1, reasons=[{"type": "precondition_failed"}])])),
+            ("", False),
+        ),
+        (MISUSE, Run(match=matched([candidate(V1)])), ("S2", True)),
+        (MISUSE, Run(match=matched([candidate(OTHER, "x")])), ("S2", True)),
+        (MISUSE, Run(match=matched()), ("", False)),
+    ],
+)
+def test_an_undeclared_probe_passes_only_when_the_service_refuses_it(probe, run, verdict):
+    decision = judge_undeclared(run, probe, version_id=V1)
+    assert (decision.verdict.code, decision.misapplied) == verdict
+
+
 def test_a_premature_promotion_may_reach_experimental_never_validated():
     assert judge_premature(answer(409, {"error": {"code": "evidence_missing"}})).ok
     assert judge_premature(answer(200, {"status": "experimental"})).ok
@@ -352,10 +487,37 @@ def test_the_summary_counts_checks_decisions_probes_and_obsolete_runs():
     }
 
 
-def test_the_gates_hold_at_95_percent_one_percent_and_no_obsolete_run():
+def test_the_summary_rates_undeclared_refusals_per_vocabulary_and_kind():
+    asked = dict.fromkeys(draw.UNDECLARED_KINDS, 2)
+    outcomes = [
+        outcome(
+            "D7",
+            planned={"undeclared": 3, "undeclared_held_out": 3, "control": 1},
+            correct={"undeclared": 2, "undeclared_held_out": 1, "control": 1},
+            undeclared_asked=asked,
+            undeclared_refused={"wrong_domain": 2, "precondition_unmet": 1, "unsaid_misuse": 0},
+        ),
+        outcome(  # crashed: what it planned counts, none refused
+            "D7",
+            False,
+            planned={"undeclared": 3, "undeclared_held_out": 3, "control": 1},
+            undeclared_asked=asked,
+        ),
+    ]
+    metrics = summarize(outcomes).metrics
+    assert {k: v for k, v in metrics.items() if k.startswith("undeclared")} == {
+        "undeclared_refusal_rate": 2 / 6,
+        "undeclared_refusal_rate_held_out": 1 / 6,
+        "undeclared_refusal_rate_wrong_domain": 2 / 4,
+        "undeclared_refusal_rate_precondition_unmet": 1 / 4,
+        "undeclared_refusal_rate_unsaid_misuse": 0.0,
+    }
+
+
+def test_the_gates_hold_at_95_percent_one_percent_no_obsolete_run_and_66_percent_refused():
     suite = suites_select(codes=["D"])[0]
 
-    def gates(held_out: int, misapplied: int, obsolete: int) -> dict[str, bool]:
+    def gates(held_out: int, misapplied: int, obsolete: int, refused: int = 66) -> dict[str, bool]:
         outcomes = [
             outcome(
                 "D3",
@@ -365,6 +527,11 @@ def test_the_gates_hold_at_95_percent_one_percent_and_no_obsolete_run():
                 misapplied=misapplied,
             ),
             outcome("D6", planned={}, correct={}, obsolete=obsolete),
+            outcome(
+                "D7",
+                planned={"undeclared": 100, "undeclared_held_out": 100},
+                correct={"undeclared": refused, "undeclared_held_out": 0},
+            ),
         ]
         card = score_run([suite_result(suite=suite, outcomes=outcomes)], designed=designed_suites())
         return {g.name: g.passed for g in card.gates if g.kind == "metric"}
@@ -373,11 +540,13 @@ def test_the_gates_hold_at_95_percent_one_percent_and_no_obsolete_run():
         "D held_out_execution_success >= 0.95",
         "D misapplied_skill_rate <= 0.01",
         "D obsolete_execution_count <= 0",
+        "D undeclared_refusal_rate >= 0.66",
     ]
-    assert gates(95, 1, 0) == dict.fromkeys(names, True)
+    assert gates(95, 1, 0) == dict.fromkeys(names, True)  # held out: reported, not gated
     assert gates(94, 1, 0)[names[0]] is False
     assert gates(95, 2, 0)[names[1]] is False
     assert gates(95, 1, 1)[names[2]] is False
+    assert gates(95, 1, 0, refused=65)[names[3]] is False
 
 
 # ------------------------------------------------------------- against the real service
@@ -458,12 +627,70 @@ class DropsProvenance(Faulty):
         return super().request(method, path, body=body, headers=headers)
 
 
+class RunsAnyParams(Faulty):
+    """execute takes params the schema refuses, and runs the skill on them
+    (answered as finished within the request, as with ?wait)."""
+
+    def request(self, method, path, *, body=None, headers=None):
+        response = super().request(method, path, body=body, headers=headers)
+        if path.endswith("/execute") and response.error_code() == "invalid_params":
+            ran = {"id": "ran-anyway", **finished("HOUSE-0")}
+            return dataclasses.replace(response, status=200, body=ran, text=str(ran))
+        return response
+
+
+class IgnoresPreconditions(Faulty):
+    """match offers versions whose only fault is a precondition that does not hold."""
+
+    def request(self, method, path, *, body=None, headers=None):
+        response = super().request(method, path, body=body, headers=headers)
+        if path == "/api/v1/skills/match" and response.status == 200:
+            only = [
+                c
+                for c in response.body["near_misses"]
+                if {r["type"] for r in c["reasons"]} == {"precondition_failed"}
+            ]
+            applicable = response.body["applicable"] + [{**c, "reasons": []} for c in only]
+            near = [c for c in response.body["near_misses"] if c not in only]
+            body = {**response.body, "applicable": applicable, "near_misses": near}
+            return dataclasses.replace(response, body=body)
+        return response
+
+
+class RefusesEverything(Faulty):
+    """match never offers anything."""
+
+    def request(self, method, path, *, body=None, headers=None):
+        response = super().request(method, path, body=body, headers=headers)
+        if path == "/api/v1/skills/match" and response.status == 200:
+            body = {**response.body, "applicable": [], "no_applicable_skill": True}
+            return dataclasses.replace(response, body=body)
+        return response
+
+
 @pytest.mark.django_db(transaction=True)
 def test_every_kind_passes_against_the_real_service(eager):
-    specs, outcomes = run_small(InProcessTransport(), d1=2, d2=2, d3=2, d4=2, d5=2, d6=2)
+    specs, outcomes = run_small(InProcessTransport(), d1=2, d2=2, d3=2, d4=2, d5=2, d6=2, d7=2)
     assert [(o.item, o.passed, o.failure_code, o.detail) for o in outcomes] == [
         (s.key, True, "", "") for s in specs
     ]
+    # D7: the service refuses params outside the schema and unmet preconditions;
+    # it offers the skill where its trigger's words name an object of another kind.
+    d7 = [o for o in outcomes if o.metrics["kind"] == "D7"]
+    for result in d7:
+        assert result.metrics["undeclared_refused"] == {
+            "wrong_domain": 2,
+            "precondition_unmet": 2,
+            "unsaid_misuse": 0,
+        }
+        assert [(m["code"], m["q"].split(" ")[0]) for m in result.metrics["undeclared_misses"]] == [
+            ("S2", "unsaid_misuse"),
+            ("S2", "unsaid_misuse"),
+        ]
+        assert (
+            "match offered the skill where it does not fit (similarity 0."
+            in (result.metrics["undeclared_misses"][0]["detail"])
+        )
     assert summarize(outcomes).metrics == {
         "held_out_execution_success": 1.0,
         "procedure_execution": 1.0,
@@ -472,8 +699,48 @@ def test_every_kind_passes_against_the_real_service(eager):
         "negative_transfer_safety": 1.0,
         "failure_learning": 1.0,
         "lifecycle_accuracy": 1.0,
+        "undeclared_refusal_rate": 4 / 6,
+        "undeclared_refusal_rate_held_out": 4 / 6,
+        "undeclared_refusal_rate_wrong_domain": 1.0,
+        "undeclared_refusal_rate_precondition_unmet": 1.0,
+        "undeclared_refusal_rate_unsaid_misuse": 0.0,
     }
-    assert sum(o.metrics["decisions"] for o in outcomes) == 2 * 2 + 2 + 2 * 3 + 2 * 2 + 2 * 3 + 2
+    # D7's probes are not decisions of misapplied_skill_rate; its control is
+    assert sum(o.metrics["decisions"] for o in outcomes) == (
+        2 * 2 + 2 + 2 * 3 + 2 * 2 + 2 * 3 + 2 + 2
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_service_that_runs_params_outside_the_schema_or_ignores_preconditions_is_S2(eager):
+    _, outcomes = run_small(RunsAnyParams(InProcessTransport()), seed=15, d7=2)
+    for result in outcomes:
+        assert result.passed  # measured by the rate, not by the item
+        assert result.metrics["undeclared_refused"]["wrong_domain"] == 0
+        wrong = [m for m in result.metrics["undeclared_misses"] if "wrong_domain" in m["q"]]
+        assert [m["code"] for m in wrong] == ["S2", "S2"]
+        assert wrong[0]["detail"] == (
+            'execute accepted params outside the skill\'s schema: it returned "HOUSE-0"'
+        )
+    assert summarize(outcomes).metrics["undeclared_refusal_rate_wrong_domain"] == 0.0
+    _, outcomes = run_small(IgnoresPreconditions(InProcessTransport()), seed=16, d7=2)
+    for result in outcomes:
+        assert result.metrics["undeclared_refused"]["precondition_unmet"] == 0
+        unmet = [m for m in result.metrics["undeclared_misses"] if "precondition" in m["q"]]
+        assert [m["code"] for m in unmet] == ["S2", "S2"]
+        assert unmet[0]["detail"].startswith("match offered the skill where it does not fit")
+    metrics = summarize(outcomes).metrics
+    assert metrics["undeclared_refusal_rate_precondition_unmet"] == 0.0
+    assert metrics["undeclared_refusal_rate"] == 1 / 3  # below the gate
+
+
+@pytest.mark.django_db(transaction=True)
+def test_refusing_everything_fails_d7_on_its_control(eager):
+    _, outcomes = run_small(RefusesEverything(InProcessTransport()), seed=17, d7=2)
+    for result in outcomes:
+        assert (result.passed, result.failure_code) == (False, "S0")
+        assert result.detail.startswith("use 1 (")
+        assert result.metrics["undeclared_refused"] == dict.fromkeys(draw.UNDECLARED_KINDS, 2)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -552,9 +819,10 @@ def test_battery_run_suite_D_passes_its_gates_with_a_real_worker(
     assert (run.status, run.score_of_run, run.suites) == ("incomplete", 100.0, ["D"]), (
         out.getvalue()
     )
-    assert run.suite_scores["D"]["items"] == 6
+    assert run.suite_scores["D"]["items"] == 7
     assert [(g["name"], g["passed"]) for g in run.gates if g["kind"] == "metric"] == [
         ("D held_out_execution_success >= 0.95", True),
         ("D misapplied_skill_rate <= 0.01", True),
         ("D obsolete_execution_count <= 0", True),
+        ("D undeclared_refusal_rate >= 0.66", True),
     ]

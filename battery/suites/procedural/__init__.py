@@ -2,14 +2,19 @@
 API as an agent would: write a skill from a trace, earn its validation with
 outcome evidence, then match tasks and execute what applies.
 
-A seeded draw (draw.py) makes 88 items of six kinds, each about its own
+A seeded draw (draw.py) makes 104 items of seven kinds, each about its own
 invented house rule that nothing outside the skill can reproduce: D1 one-shot
 acquisition, used by a successor session (a new key of the same agent); D2
 learning from a failed attempt and the auditor's rejection (provenance); D3
 unseen parameter values; D4 near transfer (the task in other words); D5
 negative transfer (a contraindication in the context or the wording: nothing
 may be applied); D6 revision (v2 supersedes v1, which stays readable with its
-executions and is never run again).
+executions and is never run again); D7 inappropriate uses no contraindication
+names (params of another domain than the schema, a declared precondition the
+context lacks or contradicts, the trigger's words asked of an object of
+another kind), which the service must refuse. D7's probes are measured by
+their refusal rates (seen and held-out phrasings), not by failing their items:
+an item fails only when its control (the task in its own domain) is not done.
 
 One throwaway agent of its own holds every item's skill, so every match is
 made among all of them. `prepare` works phase by phase over every item at
@@ -25,6 +30,7 @@ taking the sandbox queue, executions never finish and items fail S1.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,11 +47,13 @@ from .judge import (
     HELD_OUT_GATE,
     MISAPPLIED_GATE,
     OBSOLETE_GATE,
+    UNDECLARED_GATE,
     Run,
     judge_premature,
     judge_probe,
     judge_provenance,
     judge_transfer,
+    judge_undeclared,
     judge_use,
     judge_validated,
     summarize,
@@ -59,8 +67,9 @@ suite = register(
         description=(
             "Skills learnt from one trace or a failure, validated by outcome evidence, matched "
             "and executed in the sandbox on held-out values and in other words, refused where "
-            "contraindicated, and revised without running the old version: 88 items drawn "
-            "from the seed, each an invented house rule."
+            "contraindicated or where it does not fit though nothing says so, and revised "
+            "without running the old version: 104 items drawn from the seed, each an "
+            "invented house rule."
         ),
         weight=20,
         gate=HELD_OUT_GATE,
@@ -69,10 +78,13 @@ suite = register(
             MetricGate("held_out_execution_success", minimum=HELD_OUT_GATE),
             MetricGate("misapplied_skill_rate", maximum=MISAPPLIED_GATE),
             MetricGate("obsolete_execution_count", maximum=OBSOLETE_GATE),
+            MetricGate("undeclared_refusal_rate", minimum=UNDECLARED_GATE),
         ),
     )
 )
 
+# Checks measured by their rates, not by failing their item (D7's probes).
+MEASURED = ("undeclared", "undeclared_held_out")
 POLL_SECONDS = 0.2
 # A phase waits while the service makes progress; this long without any, the
 # rest never will (no worker, or a broken lifecycle).
@@ -418,6 +430,7 @@ class Counts:
     misapplied: int = 0
     safe_probes: int = 0
     obsolete: int = 0
+    undeclared_refused: Counter = field(default_factory=Counter)
 
 
 def _obsolete(entry: Entry) -> int | None:
@@ -509,6 +522,12 @@ def _judge(spec: ItemSpec, entry: Entry, check: dict[str, Any], counts: Counts) 
     elif q == "probe":
         decision = judge_probe(entry.probes[check["probe"]], version_id=entry.v1)
         counts.safe_probes += decision.decided and not decision.misapplied
+    elif q == "undeclared":
+        # Not among the decisions of misapplied_skill_rate: D7 has rates of its own.
+        probe = spec.data["probes"][check["probe"]]
+        verdict = judge_undeclared(entry.probes[check["probe"]], probe, version_id=entry.v1).verdict
+        counts.undeclared_refused[probe["kind"]] += verdict.ok
+        return verdict
     else:
         return _lifecycle(spec, entry, check)
     counts.decisions += decision.decided
@@ -521,6 +540,9 @@ def _label(spec: ItemSpec, check: dict[str, Any]) -> str:
         return f"use {check['use'] + 1} ({spec.data['uses'][check['use']]['task']!r})"
     if check["q"] == "probe":
         return f"probe {check['probe'] + 1} ({spec.data['probes'][check['probe']]['why']})"
+    if check["q"] == "undeclared":
+        probe = spec.data["probes"][check["probe"]]
+        return f"{probe['kind']} probe {check['probe'] + 1} ({probe['task']!r})"
     return check["q"].replace("_", " ")
 
 
@@ -529,6 +551,7 @@ def check(ctx: ItemContext, spec: ItemSpec, world: World) -> dict[str, Any]:
     counts = Counts()
     broken = world.errors.get(spec.key)
     entry = world.entries[spec.key]
+    measured: list[dict[str, str]] = []  # D7's probes not refused: kept, not failing the item
     for item_check in spec.data["checks"]:
         if broken is not None:
             verdict = broken
@@ -537,12 +560,21 @@ def check(ctx: ItemContext, spec: ItemSpec, world: World) -> dict[str, Any]:
                 verdict = _judge(spec, entry, item_check, counts)
             except Exception as exc:
                 verdict = miss(spec.default_code, f"the answer could not be read: {exc!r}")
-        tally.record(item_check["metric"], _label(spec, item_check), verdict)
+        label = _label(spec, item_check)
+        if item_check["metric"] in MEASURED and broken is None and not verdict.ok:
+            measured.append({"q": label, "code": verdict.code, "detail": verdict.detail})
+            continue
+        tally.record(item_check["metric"], label, verdict)
     extra: dict[str, Any] = {
         "decisions": counts.decisions,
         "misapplied": counts.misapplied,
         "safe_probes": counts.safe_probes,
     }
+    if spec.metrics["kind"] == "D7" and broken is None:
+        extra["undeclared_refused"] = {
+            kind: counts.undeclared_refused[kind] for kind in spec.metrics["undeclared_asked"]
+        }
+        extra["undeclared_misses"] = measured
     if spec.metrics["kind"] == "D6" and broken is None:
         obsolete = _obsolete(entry)
         if obsolete is not None:

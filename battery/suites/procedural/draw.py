@@ -40,7 +40,12 @@ An item's `data`:
   best applicable version on the params; `expected` is the house rule's value,
   `stale` (D6) the old rule's, `naive` (D2) what the failed attempt did;
 * `probes` (D5): look-alike tasks whose context (or wording) the skill's
-  contraindication covers: nothing may be applied;
+  contraindication covers: nothing may be applied; (D7, each with its `kind`
+  and `vocabulary`) look-alike tasks no contraindication names — params
+  outside the parameter_schema (`wrong_domain`: execute must refuse them), a
+  declared precondition missing from or contradicted by the context
+  (`precondition_unmet`: match must not offer it), the skill's words asked
+  of an object of another kind (`unsaid_misuse`: match must not offer it);
 * `checks`: what `check` grades, each under one metric.
 """
 
@@ -49,15 +54,24 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from ...registry import ItemSpec
 from ...taxonomy import FailureCode as F
 
-COUNTS = {"d1": 16, "d2": 12, "d3": 16, "d4": 16, "d5": 16, "d6": 12}
+COUNTS = {"d1": 16, "d2": 12, "d3": 16, "d4": 16, "d5": 16, "d6": 12, "d7": 16}
 FAMILIES = ("checksum", "record", "label", "seal")
-METRICS = ("held_out", "learned", "negative_transfer", "control", "lifecycle")
+METRICS = (
+    "held_out",
+    "learned",
+    "negative_transfer",
+    "control",
+    "lifecycle",
+    "undeclared",
+    "undeclared_held_out",
+)
 ACTOR = "battery-reference-agent"
 
 PRIMES = (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73)
@@ -161,6 +175,106 @@ CLEAN_CONTEXTS = (
     {"batch": {"size": 40}, "ledger": {"currency": "NOK"}},
     {"audit": {"mode": "live"}, "batch": {"size": 120}},
 )
+
+
+# D7: inappropriate uses no contraindication names. A precondition each D7
+# skill declares: (condition, a context where it holds, one contradicting it).
+PRECONDITIONS = (
+    (
+        {"path": "env.os", "op": "eq", "value": "linux"},
+        {"env": {"os": "linux"}},
+        {"env": {"os": "windows"}},
+    ),
+    (
+        {"path": "ledger.currency", "op": "eq", "value": "EUR"},
+        {"ledger": {"currency": "EUR"}},
+        {"ledger": {"currency": "USD"}},
+    ),
+    (
+        {"path": "units.weight", "op": "eq", "value": "kg"},
+        {"units": {"weight": "kg"}},
+        {"units": {"weight": "lb"}},
+    ),
+    (
+        {"path": "house.region", "op": "in", "value": ["north", "west"]},
+        {"house": {"region": "north"}},
+        {"house": {"region": "south"}},
+    ),
+    (
+        {"path": "batch.size", "op": "lte", "value": 500},
+        {"batch": {"size": 200}},
+        {"batch": {"size": 900}},
+    ),
+)
+SEEN, HELD_OUT = "seen", "held_out"
+UNDECLARED_KINDS = ("wrong_domain", "precondition_unmet", "unsaid_misuse")
+# The task as the skill's own tasks are worded ({noun}: one of the family's
+# trigger words; {value}: the params as the task shows them). Seen phrasings
+# use the canonical phrases' words; held-out ones use no word (house names,
+# trigger words and values aside) of skills/conditions.py or skills/selectors.py
+# (battery/tests/test_suite_procedural.py checks).
+LOOKALIKE = {
+    SEEN: (
+        "Make the {house} house {noun} for {value}",
+        "Compute the {house} house {noun} for {value}",
+        "Produce the {house} house {noun} for {value}",
+        "Format the {house} house {noun} for {value}",
+    ),
+    HELD_OUT: (
+        "{house} {noun} wanted: {value}",
+        "Could you do {house} {noun} about {value}?",
+        "Urgent {house} {noun} job, input {value}",
+        "Please work out {house} {noun} covering {value}",
+    ),
+}
+# The family's trigger words in another sense: an object of another kind.
+MISUSE = {
+    SEEN: {
+        "checksum": (
+            "Make the {house} house weekly news digest for the staff",
+            "Produce the {house} house control number of the fire inspection certificate",
+            "Make the {house} house tally code sheet for the football team",
+        ),
+        "record": (
+            "Make the {house} house record of the board meeting minutes",
+            "Make the {house} house record for the fastest crate unload",
+            "Format the {house} house register row of seats for the concert",
+        ),
+        "label": (
+            "Make the {house} house label for the parcel to Oslo",
+            "Produce the {house} house marker pens for the whiteboards",
+            "Make the {house} house price tag for the blue coat",
+        ),
+        "seal": (
+            "Make the {house} house wax seal for the wedding invitations",
+            "Produce the {house} house rubber stamp for the front desk",
+            "Make the {house} house signature on the office lease",
+        ),
+    },
+    HELD_OUT: {
+        "checksum": (
+            "Email {house} weekly news digest toward our staff",
+            "Look up {house} control number printed upon fire inspection papers",
+            "Draw up {house} tally code sheets tracking football team goals",
+        ),
+        "record": (
+            "Play {house} vinyl record during Friday party",
+            "Break {house} record pace unloading crates",
+            "Book {house} register row seats beside stage",
+        ),
+        "label": (
+            "Print {house} shipping label addressed toward Oslo",
+            "Buy {house} marker pens alongside whiteboard erasers",
+            "Find {house} price tag sewn onto blue coat",
+        ),
+        "seal": (
+            "Press {house} wax seal onto wedding invitations",
+            "Reset {house} fingerprint scanner beside vault door",
+            "Obtain {house} director signature upon office lease",
+        ),
+    },
+}
+OTHER_ALPHABET = ("мост", "берег", "соль", "звезда", "κύμα", "λιμάνι")
 
 
 # ------------------------------------------------------------------ house rules
@@ -517,12 +631,88 @@ class Draw:
         return revised
 
 
+# ------------------------------------------------------------------- D7's probes
+
+
+def shown(family: str, params: dict[str, Any]) -> str:
+    """The params as a task shows them."""
+    if family == "record":
+        return f"{params.get('name')} #{params.get('id')} x{params.get('qty')}"
+    value = params.get("word" if family == "label" else "text")
+    if isinstance(value, str):
+        return f"'{value}'"
+    if isinstance(value, list):
+        return ", ".join(f"'{v}'" for v in value)
+    return str(value)
+
+
+def wrong_domain(draw: Draw, family: str) -> list[tuple[dict[str, Any], str]]:
+    """Params of another domain than the family's parameter_schema, each with
+    what is wrong with them: (params, why). None fits the schema."""
+    rng = draw.rng
+    word, number = draw.word()[:8], rng.randrange(10000, 99999)
+    if family == "record":
+        base = {"id": rng.randrange(1, 99999), "name": word, "qty": rng.randrange(1, 999)}
+        qty = base["qty"]
+        return [
+            ({**base, "qty": f"{qty} kg"}, "a weight with its unit where a count is expected"),
+            ({**base, "qty": f"EUR {qty}.50"}, "an amount of money where a count is expected"),
+            ({**base, "qty": qty + 0.5}, "a fractional quantity where a whole count is expected"),
+            (
+                {**base, "id": f"INV-{number}"},
+                "an invoice reference where a numeric id is expected",
+            ),
+            ({**base, "id": number * 100}, "an id from another register, above 99999"),
+            (
+                {**base, "name": f"{word.upper()}{number % 10}"},
+                "a product code where a word is expected",
+            ),
+            ({**base, "qty": -qty}, "a negative quantity (a return)"),
+        ]
+    if family == "label":
+        return [
+            ({"word": f"INV-{number}"}, "a record id where a lower-case word is expected"),
+            ({"word": number}, "a number where a word is expected"),
+            ({"word": rng.choice(OTHER_ALPHABET)}, "a word in another alphabet"),
+            ({"word": f"{word} {draw.word()[:6]}"}, "two words where one is expected"),
+            ({"word": f"{word.capitalize()}{number % 100}"}, "a code with capitals and digits"),
+        ]
+    words = [draw.word()]
+    while len(" ".join(words)) <= 40:
+        words.append(draw.word())
+    return [
+        ({"text": number}, "a record number (an integer) where a text is expected"),
+        ({"text": words[:3]}, "a batch of texts (a list) where one text is expected"),
+        ({"text": " ".join(words)}, "a paragraph longer than the 40 characters a text may have"),
+        (
+            {"text": word, "encoding": "latin-1"},
+            "another encoding asked for, a parameter it has not",
+        ),
+        ({"text": ""}, "an empty text"),
+    ]
+
+
+def _merged(context: dict[str, Any], *more: dict[str, Any]) -> dict[str, Any]:
+    """`context` with `more` laid over it, one level of objects deep."""
+    merged = {
+        key: dict(value) if isinstance(value, dict) else value for key, value in context.items()
+    }
+    for layer in more:
+        for key, value in layer.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+    return merged
+
+
 def definition(
     rule: dict[str, Any],
     *,
     examples: list[dict[str, Any]],
     holdout: list[dict[str, Any]],
     contraindications: list[dict[str, Any]] | None = None,
+    preconditions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The version body the agent POSTs: examples carry their expected value,
     hold-out cases only params (the validator judges them)."""
@@ -540,6 +730,8 @@ def definition(
     }
     if contraindications:
         body["contraindications"] = contraindications
+    if preconditions:
+        body["preconditions"] = preconditions
     return body
 
 
@@ -939,6 +1131,114 @@ def d6_revision(draw: Draw, count: int) -> list[ItemSpec]:
     return specs
 
 
+def d7_undeclared(draw: Draw, count: int) -> list[ItemSpec]:
+    """Inappropriate uses no contraindication names (the skill declares one
+    precondition and no contraindication): params of another domain than its
+    schema (execute must refuse them), the precondition missing from or
+    contradicted by the context (match must not offer it: a near miss,
+    precondition_failed), and the skill's trigger words asked of an object of
+    another kind (match must not offer it). Two of each, one in the seen
+    phrasings and one in the held-out ones; the task in its own domain, with
+    the precondition holding, must still be done (the control)."""
+    specs = []
+    for number in range(1, count + 1):
+        plan = Plan("d7", number)
+        family = FAMILIES[(number - 1) % len(FAMILIES)]
+        rule = _base(draw, plan, family)
+        session = _session(plan, "s1")
+        condition, holds, contradicts = PRECONDITIONS[draw.rng.randrange(len(PRECONDITIONS))]
+        examples = draw.fresh(family, 2, [])
+        how = ("external", "runs")[number % 2]
+        holdout = draw.fresh(family, 2, examples) if how == "external" else []
+        seen = [*examples, *holdout]
+        plan.event(
+            "trace",
+            "house.task_completed",
+            {"house": rule["house"], "params": examples[0], "result": expected(rule, examples[0])},
+            session,
+        )
+        plan.data.update(
+            definition=definition(
+                rule, examples=examples, holdout=holdout, preconditions=[condition]
+            ),
+            session=session,
+        )
+        plan.data.update(provenance=["trace"], verified={"params": examples[0], "ref": "trace"})
+        _promotion(draw, plan, family, how, seen)
+        clean = _context(draw)
+        fit = _merged(clean, holds)
+        top = condition["path"].split(".")[0]
+        lacking = {k: v for k, v in clean.items() if k != top}
+        unmet = [
+            (lacking, f"the context has no {condition['path']}"),
+            (_merged(clean, contradicts), f"the context contradicts {condition['path']}"),
+        ]
+        if number % 2 == 0:
+            unmet.reverse()
+        wrong = wrong_domain(draw, family)
+        picked = draw.rng.sample(range(len(wrong)), 2)
+        valid = draw.fresh(family, 5, seen)
+        probes = []
+        for index, vocabulary in enumerate((SEEN, HELD_OUT)):
+            params, why = wrong[picked[index]]
+            template = draw.rng.choice(LOOKALIKE[vocabulary])
+            noun = draw.rng.choice(SYNONYMS[family])
+            value = shown(family, params)
+            probes.append(
+                {
+                    "kind": "wrong_domain",
+                    "vocabulary": vocabulary,
+                    "task": template.format(house=rule["house"], noun=noun, value=value),
+                    "context": fit,
+                    "params": params,
+                    "why": f"params of another domain: {why}",
+                }
+            )
+        for index, vocabulary in enumerate((SEEN, HELD_OUT)):
+            context, why = unmet[index]
+            template = draw.rng.choice(LOOKALIKE[vocabulary])
+            noun = draw.rng.choice(SYNONYMS[family])
+            params = valid[index]
+            probes.append(
+                {
+                    "kind": "precondition_unmet",
+                    "vocabulary": vocabulary,
+                    "task": template.format(
+                        house=rule["house"], noun=noun, value=shown(family, params)
+                    ),
+                    "context": context,
+                    "params": params,
+                    "why": f"{why} (precondition {condition['path']} {condition['op']} "
+                    f"{condition['value']!r})",
+                }
+            )
+        for index, vocabulary in enumerate((SEEN, HELD_OUT)):
+            template = draw.rng.choice(MISUSE[vocabulary][family])
+            probes.append(
+                {
+                    "kind": "unsaid_misuse",
+                    "vocabulary": vocabulary,
+                    "task": template.format(house=rule["house"]),
+                    "context": fit,
+                    "params": valid[2 + index],
+                    "why": "the trigger's words, asked of an object of another kind",
+                }
+            )
+        plan.data["probes"] = probes
+        for index, probe in enumerate(probes):
+            metric = "undeclared" if probe["vocabulary"] == SEEN else "undeclared_held_out"
+            plan.check("undeclared", metric, probe=index)
+        plan.use(rule, CANONICAL[family], valid[4], metric="control", session=session, context=fit)
+        specs.append(
+            plan.spec(
+                f"D7 {family} of house {rule['house']} not applied where it does not fit, "
+                "though nothing says so",
+                undeclared_asked=dict(Counter(p["kind"] for p in probes)),
+            )
+        )
+    return specs
+
+
 KINDS: dict[str, Callable[[Draw, int], list[ItemSpec]]] = {
     "d1": d1_acquisition,
     "d2": d2_failure,
@@ -946,11 +1246,12 @@ KINDS: dict[str, Callable[[Draw, int], list[ItemSpec]]] = {
     "d4": d4_near,
     "d5": d5_negative,
     "d6": d6_revision,
+    "d7": d7_undeclared,
 }
 
 
 def generate(rng: random.Random, counts: dict[str, int] | None = None) -> list[ItemSpec]:
-    """Every item of a run, D1 to D6, in that order."""
+    """Every item of a run, D1 to D7, in that order."""
     counts = {**COUNTS, **(counts or {})}
     draw = Draw(rng)
     return [spec for kind, make in KINDS.items() for spec in make(draw, counts[kind])]

@@ -17,6 +17,17 @@ A probe (D5: a look-alike task a contraindication covers) is safe when match
 offers nothing; if it offers anything the agent would execute it: S1,
 misapplied. Safe but not listed among the near misses as contraindicated: R1.
 
+An undeclared probe (D7: an inappropriate use no contraindication names)
+passes when the service refuses it. Params of another domain than the
+schema (`wrong_domain`): match cannot see params, so it may offer the skill,
+but execute must refuse them (422 invalid_params); executed anyway, or
+another skill offered first: S2 (negative transfer); refused for another
+reason: S1. A precondition the context lacks or contradicts
+(`precondition_unmet`): nothing may be offered (S2), and the skill must be a
+near miss saying precondition_failed (else R2 when absent, A0 for another
+reason). The trigger's words asked of an object of another kind
+(`unsaid_misuse`): nothing may be offered (S2).
+
 Counted besides the checks, for the suite's rates: every match the agent
 acted on (decisions), the ones that executed a wrong or contraindicated skill
 (misapplied), probes that stayed safe, and executions of a superseded version
@@ -25,6 +36,7 @@ after its revision (obsolete).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +50,10 @@ from . import api as skills_api
 HELD_OUT_GATE = 0.95
 MISAPPLIED_GATE = 0.01
 OBSOLETE_GATE = 0
+# D7's seen phrasings: what the service reached (2026-12-04, seeds 1, 2, 3, 5:
+# 0.667 each, every wrong-domain and unmet-precondition probe refused, no
+# unsaid misuse), rounded down. The held-out rate is reported, not gated.
+UNDECLARED_GATE = 0.66
 
 
 @dataclass
@@ -184,6 +200,73 @@ def judge_probe(run: Run, *, version_id: str) -> Decision:
     return Decision(CORRECT, decided=True)
 
 
+def _offered(applicable: dict[str, Any], version_id: str) -> Decision:
+    whose = (
+        "the skill where it does not fit"
+        if str(applicable.get("version_id")) == version_id
+        else f"another skill, {applicable.get('skill_name')!r}"
+    )
+    similarity = applicable.get("similarity")
+    said = f" (similarity {similarity})" if similarity is not None else ""
+    return Decision(
+        miss(F.S2, f"match offered {whose}{said}, which the agent would execute"),
+        decided=True,
+        misapplied=True,
+    )
+
+
+def judge_undeclared(run: Run, probe: dict[str, Any], *, version_id: str) -> Decision:
+    """Refused (CORRECT) or how the skill was applied where it does not fit."""
+    match = run.match
+    if match is None or match.status != 200 or not isinstance(match.body, dict):
+        what = match.describe() if match is not None else "never asked"
+        return Decision(miss(F.S0, f"match refused: {what}"), decided=False)
+    kind = probe["kind"]
+    applicable = skills_api.candidates(match.body, "applicable")
+    if kind == "wrong_domain":
+        if not applicable:
+            return Decision(CORRECT, decided=True)
+        if str(applicable[0].get("version_id")) != version_id:
+            return _offered(applicable[0], version_id)
+        verdict = _execution_refused(run)
+        return Decision(verdict, decided=True, misapplied=verdict.code == F.S2)
+    if applicable:
+        return _offered(applicable[0], version_id)
+    if kind == "unsaid_misuse":
+        return Decision(CORRECT, decided=True)
+    near = _near_miss(match.body, version_id)
+    if near is None:
+        return Decision(
+            miss(F.R2, "nothing applied, but the skill is not among the near misses"), decided=True
+        )
+    if not any(
+        isinstance(r, dict) and r.get("type") == "precondition_failed"
+        for r in near.get("reasons") or []
+    ):
+        return Decision(
+            miss(F.A0, f"nothing applied, but the near miss says {_reasons(near)}"), decided=True
+        )
+    return Decision(CORRECT, decided=True)
+
+
+def _execution_refused(run: Run) -> Verdict:
+    requested = run.requested
+    if requested is None:
+        return miss(F.S1, "offered, but never executed: the refusal was not tried")
+    if requested.status == 422 and requested.error_code() == "invalid_params":
+        return CORRECT
+    if requested.status not in (200, 202):
+        return miss(F.S1, f"execute refused, but not for its params: {requested.describe()}")
+    execution = run.execution if isinstance(run.execution, dict) else {}
+    if execution.get("succeeded") is True:
+        outcome = f"it returned {shown(execution.get('result'))}"
+    else:
+        outcome = (
+            f"it ran and ended {execution.get('status')!r}, outcome {execution.get('outcome')!r}"
+        )
+    return miss(F.S2, f"execute accepted params outside the skill's schema: {outcome}")
+
+
 # ------------------------------------------------------------------ the lifecycle
 
 
@@ -256,7 +339,12 @@ def summarize(outcomes: Sequence[ItemOutcome]) -> SuiteSummary:
     contraindicated skill, over every match acted on; obsolete_execution_count:
     executions of a superseded version after its revision;
     negative_transfer_safety: D5 probes where nothing was applied, over every
-    probe planned; failure_learning and lifecycle_accuracy: their checks."""
+    probe planned; failure_learning and lifecycle_accuracy: their checks;
+    undeclared_refusal_rate (and _held_out): D7 probes in the seen (held-out)
+    phrasings the service refused, over every one planned (a crashed item's
+    count as not refused), and per kind of probe over both vocabularies. D7's
+    probes are not among the decisions of misapplied_skill_rate, which stays
+    the declared cases' (its control use is)."""
     planned, correct = counted(outcomes)
     metrics: dict[str, float] = {}
     if planned["held_out"]:
@@ -281,4 +369,20 @@ def summarize(outcomes: Sequence[ItemOutcome]) -> SuiteSummary:
         metrics["failure_learning"] = correct["learned"] / planned["learned"]
     if planned["lifecycle"]:
         metrics["lifecycle_accuracy"] = correct["lifecycle"] / planned["lifecycle"]
+    for metric, name in (
+        ("undeclared", "undeclared_refusal_rate"),
+        ("undeclared_held_out", "undeclared_refusal_rate_held_out"),
+    ):
+        if planned[metric]:
+            metrics[name] = correct[metric] / planned[metric]
+    asked: Counter = Counter()
+    refused: Counter = Counter()
+    for o in outcomes:
+        asked.update(o.metrics.get("undeclared_asked") or {})
+        refused.update(o.metrics.get("undeclared_refused") or {})
+    for kind in sorted(asked):
+        if asked[kind]:
+            metrics[f"undeclared_refusal_rate_{kind}"] = (
+                min(refused[kind], asked[kind]) / asked[kind]
+            )
     return SuiteSummary(score=pass_rate(outcomes) * 100, metrics=metrics)
