@@ -25,7 +25,7 @@ import re
 import string
 from typing import Any
 
-import jsonschema
+from .schemas import parameter_validator
 
 try:  # Python's regex parser: public as sre_parse until 3.11, re._parser after
     from re import _parser as regex_parser
@@ -200,7 +200,7 @@ def draw_params(
     _check_supported(schema, "parameter_schema")
     if schema.get("type", "object") != "object":
         raise Undrawable("parameter_schema: parameters are drawn as an object")
-    checker = jsonschema.validators.validator_for(schema)(schema)
+    checker = parameter_validator(schema)
     rng = random.Random(seed)
     drawn: list[dict] = []
     seen = [*(avoid or [])]

@@ -33,6 +33,7 @@ from ..models import (
     VersionProvenance,
     VersionStatus,
 )
+from ..schemas import parameter_validator
 
 MAX_NAME = 200
 MAX_PURPOSE = 2000
@@ -105,9 +106,8 @@ def check_code(role: str, source: str, entry: str) -> None:
 
 def schema_errors(schema: dict, instance: Any, *, limit: int = 20) -> list[dict]:
     """Every way `instance` fails `schema`, as {path, message}, in a stable order."""
-    validator_class = jsonschema.validators.validator_for(schema)
     errors = sorted(
-        validator_class(schema).iter_errors(instance),
+        parameter_validator(schema).iter_errors(instance),
         key=lambda e: (list(map(str, e.absolute_path)), e.message),
     )
     return [

@@ -80,3 +80,20 @@ def test_what_cannot_be_drawn_says_why(schema, why):
     with pytest.raises(Undrawable) as caught:
         draw_params(schema, seed=1)
     assert str(caught.value) == why
+
+
+def test_a_pattern_ends_where_the_text_ends_as_json_schema_says():
+    """ECMA `$` is the end of the text; Python's also matches before a final newline."""
+    from skills.services.definitions import schema_errors
+
+    schema = {
+        "type": "object",
+        "properties": {"word": {"type": "string", "pattern": "^[a-z]{3,12}$"}},
+        "required": ["word"],
+    }
+    assert schema_errors(schema, {"word": "abc"}) == []
+    assert schema_errors(schema, {"word": "abc\n"}) == [
+        {"path": "word", "message": "'abc\\n' does not match '^[a-z]{3,12}$'"}
+    ]
+    in_a_class = {"type": "object", "properties": {"w": {"type": "string", "pattern": "^[$a]+$"}}}
+    assert schema_errors(in_a_class, {"w": "$a"}) == []
