@@ -187,7 +187,24 @@ class Intention(models.Model):
     last_fired_at = models.DateTimeField(null=True, blank=True)
     last_rehearsed_at = models.DateTimeField(null=True, blank=True)
     retry_policy = models.JSONField(default=dict, blank=True)
-    escalation_policy = models.JSONField(default=dict, blank=True)
+    escalation_policy = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="When to escalate: after_failures, overdue_seconds, notify, to_session, note "
+        "(services/escalation.py; {} for never).",
+    )
+    escalated_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the engine escalated the pending occurrence (its clock); cleared when "
+        "the next occurrence is armed. Set at most once per occurrence.",
+    )
+    escalation = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The escalation behind escalated_at: reason, occurrence, attempts, to_session, "
+        "note, notify, event_id.",
+    )
     source_session = models.CharField(max_length=200, blank=True, default="")
     inherited_by = models.CharField(max_length=200, blank=True, default="")
     source_event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
@@ -230,6 +247,14 @@ class Intention(models.Model):
                 fields=["expires_at"],
                 name="intentions_expiry_idx",
                 condition=Q(expires_at__isnull=False)
+                & Q(status__in=["active", "blocked", "due", "executing"]),
+            ),
+            # escalate_due, every engine cycle: only open rows with a policy, not yet escalated.
+            models.Index(
+                fields=["last_fired_at"],
+                name="intentions_escalation_idx",
+                condition=Q(escalated_at__isnull=True)
+                & ~Q(escalation_policy={})
                 & Q(status__in=["active", "blocked", "due", "executing"]),
             ),
             models.Index(fields=["agent", "status", "-priority"], name="intentions_by_status_idx"),
@@ -313,6 +338,46 @@ class Firing(models.Model):
         return f"{self.intention_id} #{self.occurrence}"
 
 
+class Escalation(models.Model):
+    """The engine escalated an intention (its escalation_policy's condition held).
+
+    Unique per (intention, occurrence), and written under the intention's row
+    lock with a compare-and-set on Intention.escalated_at: two workers, a
+    repeated sweep or a redelivered task cannot escalate an occurrence twice."""
+
+    class Reason(models.TextChoices):
+        FAILURES = "failures", "Failures (attempts reached after_failures)"
+        OVERDUE = "overdue", "Overdue (due, not acted on for overdue_seconds)"
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    intention = models.ForeignKey(Intention, on_delete=models.CASCADE, related_name="escalations")
+    occurrence = models.PositiveIntegerField()
+    reason = models.CharField(max_length=10, choices=Reason.choices)
+    attempts = models.PositiveSmallIntegerField(help_text="Failed attempts when it escalated.")
+    escalated_at = models.DateTimeField(help_text="The engine's clock when it escalated.")
+    policy = models.JSONField(help_text="The escalation_policy that escalated it.")
+    event = models.ForeignKey(
+        Event, on_delete=models.PROTECT, related_name="+", help_text="intention.escalated"
+    )
+    recorded_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-recorded_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["intention", "occurrence"], name="intentions_escalate_once"
+            ),
+            models.CheckConstraint(
+                condition=Q(reason__in=["failures", "overdue"]),
+                name="intentions_escalation_reason_known",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.intention_id} #{self.occurrence} {self.reason}"
+
+
 class PendingItem(models.Model):
     """An intention put into a thread's working state: fired, or rehearsed.
 
@@ -322,6 +387,7 @@ class PendingItem(models.Model):
     class Kind(models.TextChoices):
         FIRED = "fired", "Fired"
         REHEARSED = "rehearsed", "Rehearsed (long pending)"
+        ESCALATED = "escalated", "Escalated (its escalation policy's condition held)"
 
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
     thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="pending")
@@ -369,7 +435,7 @@ class AgentClock(models.Model):
 
 
 class Webhook(models.Model):
-    """Where an agent wants firings delivered (signed with HMAC-SHA256)."""
+    """Where an agent wants firings and escalations delivered (signed with HMAC-SHA256)."""
 
     agent = models.OneToOneField(
         Agent, on_delete=models.CASCADE, primary_key=True, related_name="+"
@@ -391,7 +457,12 @@ class OutboxMessage(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
-    firing = models.OneToOneField(Firing, on_delete=models.CASCADE, related_name="outbox")
+    firing = models.OneToOneField(
+        Firing, on_delete=models.CASCADE, related_name="outbox", null=True, blank=True
+    )
+    escalation = models.OneToOneField(
+        Escalation, on_delete=models.CASCADE, related_name="outbox", null=True, blank=True
+    )
     payload = models.JSONField()
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveSmallIntegerField(
@@ -409,6 +480,14 @@ class OutboxMessage(models.Model):
 
     class Meta:
         ordering = ["next_attempt_at"]
+        constraints = [
+            # A message delivers one firing or one escalation (its X-Piper-Delivery id).
+            models.CheckConstraint(
+                condition=Q(firing__isnull=False, escalation__isnull=True)
+                | Q(firing__isnull=True, escalation__isnull=False),
+                name="intentions_outbox_one_subject",
+            ),
+        ]
         indexes = [
             models.Index(
                 fields=["next_attempt_at"],
@@ -418,4 +497,9 @@ class OutboxMessage(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.firing_id} {self.status}"
+        return f"{self.delivery_id} {self.status}"
+
+    @property
+    def delivery_id(self) -> str:
+        """X-Piper-Delivery: the firing's or the escalation's id, stable across retries."""
+        return str(self.firing_id or self.escalation_id)

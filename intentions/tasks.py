@@ -12,13 +12,15 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="intentions.engine_cycle", ignore_result=True, soft_time_limit=50, time_limit=60)
 def engine_cycle() -> None:
-    """celery-beat, every few seconds: time triggers, expiry, state re-checks, and
-    an event catch-up for agents whose post-commit task was lost (e.g. Redis flushed)."""
-    from .services import engine
+    """celery-beat, every few seconds: time triggers, expiry, state re-checks, an
+    event catch-up for agents whose post-commit task was lost (e.g. Redis flushed),
+    and escalations whose policy's condition holds (each at most once)."""
+    from .services import engine, escalation
 
     engine.scan_time()
     engine.check_states()
     engine.catch_up_events()
+    escalation.escalate_due()
 
 
 @shared_task(name="intentions.match_events", ignore_result=True, soft_time_limit=50, time_limit=60)

@@ -384,10 +384,14 @@ def _event_armed_agent_ids():
 def cycle() -> dict:
     """What tasks.engine_cycle runs, returning what fired (intentions_tick):
     the time scan and expiry and the state re-checks for every wall-clock
-    agent, and the event catch-up for every agent with an armed event trigger."""
+    agent, the event catch-up for every agent with an armed event trigger, and
+    then the escalations whose condition holds (escalation.escalate_due)."""
+    from .escalation import escalate_due
+
     fired = {"time": scan_time(), "states": check_states(), "events": []}
     for agent_id in _event_armed_agent_ids():
         fired["events"] += match_events(agent_id=agent_id)
+    fired["escalated"] = escalate_due()
     return fired
 
 
@@ -687,7 +691,10 @@ def rehearse(*, agent: Agent | None = None, now: datetime | None = None) -> int:
 
 
 def tick(*, agent: Agent) -> dict:
-    """One engine cycle for one agent at its own clock (the battery's simulated time)."""
+    """One engine cycle for one agent at its own clock (the battery's simulated
+    time); escalations last, so one fired in this cycle is measured from now."""
+    from .escalation import escalate_due
+
     now = now_for(agent.pk)
     return {
         "now": now,
@@ -695,6 +702,7 @@ def tick(*, agent: Agent) -> dict:
         "events": match_events(agent_id=agent.pk),
         "states": check_states(agent=agent, now=now),
         "rehearsed": rehearse(agent=agent, now=now),
+        "escalated": escalate_due(agent=agent, now=now),
     }
 
 

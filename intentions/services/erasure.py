@@ -46,11 +46,15 @@ def erase(scope: ErasureScope) -> None:
     for description, criteria in intentions.values_list("description", "completion_criteria"):
         scope.add_texts([description, criteria])
     erased_intentions = [str(i) for i in intentions.values_list("id", flat=True)]
-    outbox = OutboxMessage.objects.filter(agent=agent, firing__intention_id__any=erased_intentions)
+    outbox = OutboxMessage.objects.filter(
+        Q(firing__intention_id__any=erased_intentions)
+        | Q(escalation__intention_id__any=erased_intentions),
+        agent=agent,
+    )
     scope.note_removed(OUTBOX, outbox.values_list("id", flat=True))
     outbox.delete()
     scope.note_removed(INTENTIONS, erased_intentions)
-    intentions.delete()  # firings, transitions, dependencies, pending items: CASCADE
+    intentions.delete()  # firings, escalations, transitions, dependencies, pending items
     # History rows of surviving intentions whose own event is erased.
     Transition.objects.filter(intention__agent=agent, event_id__in=erased).delete()
 
@@ -160,7 +164,9 @@ def _scrub_quotes(scope: ErasureScope) -> None:
         scope.own_event_ids.add(event.pk)
         scope.add_events([intention.source_event_id])
         Intention.objects.filter(pk=intention.pk).update(**clean, source_event=event)
-        for message in OutboxMessage.objects.filter(firing__intention=intention):
+        for message in OutboxMessage.objects.filter(
+            Q(firing__intention=intention) | Q(escalation__intention=intention)
+        ):
             OutboxMessage.objects.filter(pk=message.pk).update(
                 payload=_scrubbed(message.payload, probes)
             )

@@ -43,6 +43,7 @@ from ..models import (
     TriggerType,
 )
 from . import engine, triggers
+from .escalation import escalate_locked, escalation_policy_check
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
         raise InvalidInput(problem, details={"description": [problem]})
     spec = triggers.validate_spec(data.trigger_type, data.trigger_spec)
     _check_retry_policy(data.retry_policy)
+    escalation_policy_check(data.escalation_policy)
     errors = _check_times(data)
     if errors:
         name, messages = next(iter(errors.items()))
@@ -510,6 +512,8 @@ def _finish(
                 occurrence=intention.occurrence + 1,
                 completion_evidence=None,
                 attempts=0,
+                escalated_at=None,  # a new occurrence may escalate again
+                escalation=None,
             )
         if not skipped:
             engine.release_dependents(intention=intention, at=now)
@@ -530,7 +534,9 @@ def _first_start(intention: Intention) -> datetime:
 def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Intention:
     """The attempt failed. Within retry_policy.max_retries a time intention is
     re-armed after backoff_seconds, doubling each time; beyond them it stays
-    due, for someone to escalate (escalation_policy)."""
+    due. Once attempts reach escalation_policy.after_failures it is escalated,
+    in the same transaction (services/escalation.py; at most once per
+    occurrence, retries included)."""
     reason = _check_reason(reason, required=True)
     with transaction.atomic():
         intention = _locked(agent, intention_id)
@@ -569,6 +575,41 @@ def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Int
                 {"reason": reason, "escalate": intention.escalation_policy},
             )
             Intention.objects.filter(pk=intention.pk).update(attempts=attempts)
+            intention.attempts = attempts
+        escalate_locked(intention, at=now)
+    intention.refresh_from_db()
+    return intention
+
+
+def intention_set_escalation_policy(
+    *, agent: Agent, intention_id: uuid.UUID, policy: dict
+) -> Intention:
+    """Replace an open intention's escalation_policy ({} for none). InvalidInput
+    for a policy of the wrong shape; Conflict not_open for a completed,
+    cancelled or expired one. Should the new policy's condition hold already,
+    the intention is escalated now (unless this occurrence already was: a new
+    policy never escalates an occurrence twice)."""
+    escalation_policy_check(policy)
+    if problem := json_storage_error(policy, path="escalation_policy", depth=1):
+        raise InvalidInput(problem, details={"escalation_policy": [problem]})
+    with transaction.atomic():
+        intention = _locked(agent, intention_id)
+        if intention.status in TERMINAL:
+            raise Conflict(
+                f"intention is {intention.status}; only an open one can change its escalation",
+                code="not_open",
+                details={"status": intention.status},
+            )
+        _ledger(
+            intention,
+            "intention.escalation_policy_set",
+            {"escalation_policy": policy, "previous": intention.escalation_policy},
+        )
+        Intention.objects.filter(pk=intention.pk).update(
+            escalation_policy=policy, updated_at=timezone.now()
+        )
+        intention.escalation_policy = policy
+        escalate_locked(intention, at=now_for(agent.pk))
     intention.refresh_from_db()
     return intention
 

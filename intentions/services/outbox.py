@@ -1,10 +1,12 @@
-"""Webhook delivery of firings: an outbox with retries and an HMAC signature.
+"""Webhook delivery of firings and escalations: an outbox with retries and an
+HMAC signature.
 
-The message is written in the firing's transaction; delivery happens after
+The message is written in the firing's (or escalation's) transaction; delivery happens after
 commit — outside any transaction, under a lease (deliver) — and is retried
 with exponential backoff. The receiver verifies
 `X-Piper-Signature: sha256=<hex HMAC of the body with the agent's secret>` and
-de-duplicates on `X-Piper-Delivery` (the firing id): delivery is at least once.
+de-duplicates on `X-Piper-Delivery` (the firing's or escalation's id): delivery
+is at least once.
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ def _claim(message_id: uuid.UUID) -> _Claim | str:
         url=hook.url,
         secret=hook.secret,
         body=json.dumps(message.payload, separators=(",", ":"), sort_keys=True).encode(),
-        delivery_id=str(message.firing_id),
+        delivery_id=message.delivery_id,
     )
 
 
