@@ -33,6 +33,7 @@ from .serializers import (
     CompleteInputSerializer,
     DependenciesInputSerializer,
     EmptyInputSerializer,
+    EscalationPolicyInputSerializer,
     FailInputSerializer,
     HandoverInputSerializer,
     HandoverOutputSerializer,
@@ -316,7 +317,7 @@ class IntentionListApi(APIView):
         operation_id="v1_intentions_list",
         summary="This agent's intentions, newest first (cursor pagination)",
         description="Filters: status and trigger_type (one, or several comma-separated), "
-        "thread (an id; 404 when it is not this agent's).",
+        "thread (an id; 404 when it is not this agent's), escalated (true or false).",
     )
     def get(self, request):
         params = query_data(IntentionListQuerySerializer, request)
@@ -325,6 +326,7 @@ class IntentionListApi(APIView):
             statuses=params.get("status", ()),
             trigger_types=params.get("trigger_type", ()),
             thread=_filter_thread(request.user, params.get("thread")),
+            escalated=params.get("escalated"),
         )
         paginator = NewestIdCursorPagination()
         page = paginator.paginate_queryset(intentions, request, view=self)
@@ -470,8 +472,9 @@ class IntentionFailApi(APIView):
         FailInputSerializer,
         "Report that an attempt failed",
         "Within retry_policy.max_retries a time-triggered intention is re-armed after "
-        "backoff_seconds (doubling) as a new occurrence; beyond them it stays due for "
-        "escalation. 409 invalid_transition unless due or executing.",
+        "backoff_seconds (doubling) as a new occurrence; beyond them it stays due. Once "
+        "attempts reach escalation_policy.after_failures it is escalated at once (at most "
+        "once per occurrence). 409 invalid_transition unless due or executing.",
     )
     def post(self, request, intention_id):
         return _action(
@@ -481,6 +484,31 @@ class IntentionFailApi(APIView):
                 agent=request.user, intention_id=intention_id, **data
             ),
         )
+
+
+class IntentionEscalationPolicyApi(APIView):
+    @extend_schema(
+        request=EscalationPolicyInputSerializer,
+        responses=IntentionDetailOutputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Replace an open intention's escalation policy",
+        description="The whole policy ({} for none): after_failures and/or overdue_seconds, "
+        "notify, to_session, note. 400 naming the field for a wrong shape; 409 not_open for "
+        "a completed, cancelled or expired intention. If the new policy's condition holds "
+        "already the intention escalates now, unless this occurrence already escalated "
+        "(never twice).",
+    )
+    def put(self, request, intention_id):
+        def write():
+            data = body_data(EscalationPolicyInputSerializer, request)
+            intention = lifecycle.intention_set_escalation_policy(
+                agent=request.user,
+                intention_id=intention_id,
+                policy=data["escalation_policy"],
+            )
+            return Response(_detail(request.user, intention.pk))
+
+        return idempotent_write(request, write)
 
 
 class IntentionCancelApi(APIView):
@@ -559,8 +587,9 @@ class IntentionTickApi(APIView):
         request=EmptyInputSerializer,
         responses=TickOutputSerializer,
         summary="Run one engine cycle for this agent at its simulated clock",
-        description="Time triggers and expiry, event matching, state re-checks and rehearsal, "
-        "as celery-beat does for everyone else; answers what fired. Each firing commits on "
+        description="Time triggers and expiry, event matching, state re-checks, rehearsal "
+        "and escalations, as celery-beat does for everyone else; answers what fired and "
+        "what escalated. Each firing commits on "
         "its own, as in the beat's cycle, and a repeated tick at the same clock fires "
         "nothing more, so no Idempotency-Key is needed (one is ignored)." + BATTERY_NOTE,
     )
@@ -585,7 +614,12 @@ class IntentionTickApi(APIView):
             )
             for f in cycle[key]
         ]
-        body = {"now": cycle["now"], "fired": fired, "rehearsed": cycle["rehearsed"]}
+        body = {
+            "now": cycle["now"],
+            "fired": fired,
+            "rehearsed": cycle["rehearsed"],
+            "escalated": [dataclasses.asdict(e) for e in cycle["escalated"]],
+        }
         return Response(TickOutputSerializer(body).data)
 
 

@@ -201,8 +201,11 @@ def intention_list(
     statuses: Iterable[str] = (),
     trigger_types: Iterable[str] = (),
     thread: Thread | None = None,
+    escalated: bool | None = None,
 ) -> QuerySet[Intention]:
     intentions = Intention.objects.filter(agent=agent)
+    if escalated is not None:
+        intentions = intentions.filter(escalated_at__isnull=not escalated)
     if statuses := list(statuses):
         intentions = intentions.filter(status__in=statuses)
     if trigger_types := list(trigger_types):
@@ -286,6 +289,7 @@ def _resume_intentions_sql() -> str:
             "expires_at",
             "last_fired_at",
             "last_rehearsed_at",
+            "escalated_at",
             "created_at",
             "updated_at",
         )
@@ -305,7 +309,8 @@ SELECT coalesce(json_agg(json_build_object(
                               FROM {dependency} d WHERE d.intention_id = i.id), '[]'::json),
     'required_context', i.required_context, 'completion_criteria', i.completion_criteria,
     'completion_evidence', i.completion_evidence, 'retry_policy', i.retry_policy,
-    'escalation_policy', i.escalation_policy, 'source_session', i.source_session,
+    'escalation_policy', i.escalation_policy, 'escalated_at', {when["escalated_at"]},
+    'escalation', i.escalation, 'source_session', i.source_session,
     'inherited_by', i.inherited_by, 'source_event_id', i.source_event_id,
     'created_at', {when["created_at"]}, 'updated_at', {when["updated_at"]})
   ORDER BY {urgency.format(a="i.")}), '[]'::json)::text

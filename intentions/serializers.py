@@ -27,6 +27,7 @@ from piper.api.serializers import (
 )
 
 from .models import (
+    Escalation,
     Firing,
     Handover,
     Intention,
@@ -37,6 +38,7 @@ from .models import (
     TriggerType,
     WorkingState,
 )
+from .services import escalation as escalation_policy
 from .services.state import STATE_FIELDS
 
 MAX_SESSION = 200
@@ -329,6 +331,53 @@ class RetryPolicySerializer(StrictSerializer):
     )
 
 
+class EscalationPolicySerializer(StrictSerializer):
+    """When the engine escalates the intention. {} (the default): never."""
+
+    after_failures = StrictIntegerField(
+        min_value=1,
+        max_value=escalation_policy.MAX_FAILURES,
+        required=False,
+        help_text="Escalate once this many attempts have failed (POST …/fail), retries included.",
+    )
+    overdue_seconds = StrictIntegerField(
+        min_value=1,
+        max_value=escalation_policy.MAX_OVERDUE_SECONDS,
+        required=False,
+        help_text="Escalate once it has been due this long (since it last fired, on the "
+        "engine's clock) and nobody started, completed or cancelled it.",
+    )
+    notify = serializers.ListField(
+        child=EnumField(
+            component="EscalationNotifyEnum",
+            choices=[("webhook", "POST it to the agent's webhook, through the outbox")],
+        ),
+        required=False,
+        max_length=len(escalation_policy.NOTIFY_CHANNELS),
+        help_text="Channels besides the ledger, the intention itself and its thread's "
+        "pending list (always). Default: none.",
+    )
+    to_session = StrictCharField(
+        max_length=escalation_policy.MAX_TO_SESSION,
+        required=False,
+        allow_blank=True,
+        help_text="Who should take it over, recorded and delivered with the escalation.",
+    )
+    note = StrictCharField(
+        max_length=escalation_policy.MAX_NOTE,
+        required=False,
+        allow_blank=True,
+        help_text="Free text delivered with the escalation.",
+    )
+
+
+ESCALATION_POLICY_HELP = (
+    "When to escalate: after_failures and/or overdue_seconds (at least one), notify "
+    '(["webhook"]), to_session, note. Escalated at most once per occurrence; a wrong shape '
+    "is 400 naming the field."
+)
+
+
 class IntentionCreateInputSerializer(PolicyClassesSerializer, StrictSerializer):
     description = StrictCharField(max_length=2000, help_text="What is to be done.")
     trigger_type = trigger_type()
@@ -377,7 +426,9 @@ class IntentionCreateInputSerializer(PolicyClassesSerializer, StrictSerializer):
         max_length=2000, required=False, allow_blank=True, default=""
     )
     retry_policy = RetryPolicySerializer(required=False, default=dict)
-    escalation_policy = serializers.DictField(required=False, default=dict)
+    escalation_policy = EscalationPolicySerializer(
+        required=False, default=dict, help_text=ESCALATION_POLICY_HELP
+    )
     source_session = StrictCharField(
         max_length=MAX_SESSION, required=False, allow_blank=True, default=""
     )
@@ -395,6 +446,13 @@ class IntentionListQuerySerializer(CursorQuerySerializer):
         help_text="One trigger type, or several comma-separated.",
     )
     thread = serializers.UUIDField(required=False, help_text="A thread's id.")
+    escalated = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="true: only those escalated (at their pending occurrence); false: only the "
+        "others.",
+    )
 
 
 class IntentionDueQuerySerializer(CursorQuerySerializer):
@@ -431,12 +489,33 @@ class EmptyInputSerializer(StrictSerializer):
     """No fields: send {} or nothing."""
 
 
+class EscalationPolicyInputSerializer(StrictSerializer):
+    escalation_policy = EscalationPolicySerializer(
+        help_text="The new policy, whole ({} for none). " + ESCALATION_POLICY_HELP
+    )
+
+
 class DependenciesInputSerializer(StrictSerializer):
     dependencies = serializers.ListField(
         child=serializers.UUIDField(),
         max_length=MAX_IDS,
         help_text="The full new list ([] for none). A cycle is 422 dependency_cycle.",
     )
+
+
+class EscalationOutputSerializer(serializers.Serializer):
+    """Why and when the engine escalated the intention's pending occurrence."""
+
+    id = serializers.UUIDField(help_text="The escalation; X-Piper-Delivery of its webhook.")
+    reason = EnumField(component="EscalationReasonEnum", choices=Escalation.Reason.choices)
+    occurrence = serializers.IntegerField()
+    attempts = serializers.IntegerField(help_text="Failed attempts when it escalated.")
+    after_failures = serializers.IntegerField(allow_null=True)
+    overdue_seconds = serializers.IntegerField(allow_null=True)
+    to_session = serializers.CharField()
+    note = serializers.CharField()
+    notify = serializers.ListField(child=serializers.CharField())
+    event_id = serializers.UUIDField(help_text="The intention.escalated ledger event.")
 
 
 class IntentionOutputSerializer(serializers.Serializer):
@@ -464,6 +543,12 @@ class IntentionOutputSerializer(serializers.Serializer):
     completion_evidence = serializers.JSONField(allow_null=True)
     retry_policy = serializers.DictField()
     escalation_policy = serializers.DictField()
+    escalated_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When the engine escalated the pending occurrence (its clock); null: not "
+        "escalated. Cleared when a recurring intention's next occurrence is armed.",
+    )
+    escalation = EscalationOutputSerializer(allow_null=True)
     source_session = serializers.CharField()
     inherited_by = serializers.CharField(help_text="The session that took the thread over.")
     source_event_id = serializers.UUIDField()
@@ -495,6 +580,8 @@ class IntentionOutputSerializer(serializers.Serializer):
             "completion_evidence": intention.completion_evidence,
             "retry_policy": intention.retry_policy,
             "escalation_policy": intention.escalation_policy,
+            "escalated_at": api_datetime(intention.escalated_at),
+            "escalation": intention.escalation,
             "source_session": intention.source_session,
             "inherited_by": intention.inherited_by,
             "source_event_id": str(intention.source_event_id),
@@ -679,7 +766,17 @@ class FiredSerializer(serializers.Serializer):
     cause = trigger_type()
 
 
+class EscalatedSerializer(serializers.Serializer):
+    intention_id = serializers.UUIDField()
+    occurrence = serializers.IntegerField()
+    reason = EnumField(component="EscalationReasonEnum", choices=Escalation.Reason.choices)
+    escalation_id = serializers.UUIDField()
+
+
 class TickOutputSerializer(serializers.Serializer):
     now = serializers.DateTimeField(help_text="The simulated 'now' the cycle ran at.")
     fired = FiredSerializer(many=True, help_text="What became due: time, then event, then state.")
     rehearsed = serializers.IntegerField(help_text="Long-pending intentions re-surfaced.")
+    escalated = EscalatedSerializer(
+        many=True, help_text="What escalated (its escalation_policy's condition held)."
+    )

@@ -19,6 +19,7 @@ from facts.tests.api_helpers import admin_key_for, iso, ok, post, put
 from intentions.models import (
     MAX_STATE_BYTES,
     AgentClock,
+    Escalation,
     EventCursor,
     Firing,
     Handover,
@@ -178,6 +179,8 @@ def intention_body(intention_id) -> dict:
         "completion_evidence": intention.completion_evidence,
         "retry_policy": intention.retry_policy,
         "escalation_policy": intention.escalation_policy,
+        "escalated_at": iso(intention.escalated_at),
+        "escalation": intention.escalation,
         "source_session": intention.source_session,
         "inherited_by": intention.inherited_by,
         "source_event_id": str(intention.source_event_id),
@@ -235,7 +238,14 @@ def intentions_state() -> dict:
         "handovers": sorted(Handover.objects.values_list("pk", "status"), key=str),
         "intentions": sorted(
             Intention.objects.values_list(
-                "pk", "status", "occurrence", "due_at", "inherited_by", "completion_evidence"
+                "pk",
+                "status",
+                "occurrence",
+                "due_at",
+                "inherited_by",
+                "completion_evidence",
+                "escalation_policy",
+                "escalated_at",
             ),
             key=str,
         ),
@@ -244,6 +254,7 @@ def intentions_state() -> dict:
         ),
         "transitions": Transition.objects.count(),
         "firings": Firing.objects.count(),
+        "escalations": Escalation.objects.count(),
         "pending": sorted(PendingItem.objects.values_list("pk", "cleared_at"), key=str),
         "outbox": OutboxMessage.objects.count(),
         "webhooks": sorted(Webhook.objects.values_list("agent_id", "url", "secret"), key=str),
@@ -1019,7 +1030,7 @@ class TestCreate:
             "required_context": ["release notes", {"ticket": "OPS-1"}],
             "completion_criteria": "the health check is green",
             "retry_policy": {"max_retries": 2, "backoff_seconds": 30},
-            "escalation_policy": {"page": "oncall"},
+            "escalation_policy": {"after_failures": 2, "to_session": "oncall"},
             "source_session": "s1",
         }
         response = post(sim, "/api/v1/intentions", body)
@@ -1046,7 +1057,9 @@ class TestCreate:
             "completion_criteria": "the health check is green",
             "completion_evidence": None,
             "retry_policy": {"max_retries": 2, "backoff_seconds": 30},
-            "escalation_policy": {"page": "oncall"},
+            "escalation_policy": {"after_failures": 2, "to_session": "oncall"},
+            "escalated_at": None,
+            "escalation": None,
             "source_session": "s1",
             "inherited_by": "",
             "source_event_id": str(event.pk),
@@ -1319,11 +1332,7 @@ class TestCreateRefusals:
                 "required_context",
                 'Expected a list of items but got type "dict".',
             ),
-            (
-                {"escalation_policy": []},
-                "escalation_policy",
-                'Expected a dictionary of items but got type "list".',
-            ),
+            ({"escalation_policy": []}, "escalation_policy", None),
             ({"rrule": 3}, "rrule", "Not a valid string."),
             (
                 {"source_session": "s" * 201},
@@ -1496,7 +1505,11 @@ class TestList:
             ({"thread": "main"}, {"thread": ["Must be a valid UUID."]}),
             (
                 {"owner": "me"},
-                {"owner": ["unknown field; allowed: cursor, limit, status, thread, trigger_type"]},
+                {
+                    "owner": [
+                        "unknown field; allowed: cursor, escalated, limit, status, thread, trigger_type"
+                    ]
+                },
             ),
         ],
     )
@@ -1749,7 +1762,7 @@ class TestLifecycle:
             trigger_type="time",
             due_at=T0.isoformat(),
             retry_policy={"max_retries": 1, "backoff_seconds": 60},
-            escalation_policy={"page": "oncall"},
+            escalation_policy={"after_failures": 5, "to_session": "oncall"},
         )
         tick(sim)
         retried = act(sim, intention["id"], "fail", {"reason": "timeout"})
@@ -1782,7 +1795,9 @@ class TestLifecycle:
         )
 
     def test_fail_without_retries_escalates(self, client_a):
-        intention = make_intention(client_a, escalation_policy={"page": "oncall"})
+        intention = make_intention(
+            client_a, escalation_policy={"after_failures": 5, "to_session": "oncall"}
+        )
         act(client_a, intention["id"], "fire")
         act(client_a, intention["id"], "start")
         escalated = act(client_a, intention["id"], "fail", {"reason": "no answer"})
@@ -1799,7 +1814,7 @@ class TestLifecycle:
             {
                 "intention_id": intention["id"],
                 "reason": "still nothing",
-                "escalate": {"page": "oncall"},
+                "escalate": {"after_failures": 5, "to_session": "oncall"},
             },
         )
 
@@ -2088,7 +2103,7 @@ class TestClock:
 class TestTick:
     def test_time_fires_exactly_once_at_its_moment(self, sim):
         intention = make_intention(sim, trigger_type="time", due_at=(T0 + minutes(5)).isoformat())
-        assert tick(sim) == {"now": iso(T0), "fired": [], "rehearsed": 0}
+        assert tick(sim) == {"now": iso(T0), "fired": [], "rehearsed": 0, "escalated": []}
         assert intention_body(intention["id"])["status"] == "active"
         set_clock(sim, T0 + minutes(5))
         firing = Firing.objects.filter(intention_id=intention["id"])
@@ -2104,6 +2119,7 @@ class TestTick:
                 }
             ],
             "rehearsed": 0,
+            "escalated": [],
         }
         set_clock(sim, T0 + minutes(50))
         assert tick(sim)["fired"] == []
@@ -2422,6 +2438,7 @@ def test_every_endpoint_is_in_the_schema(anonymous_client):
         ("/api/v1/intentions/{intention_id}/expire", "post"),
         ("/api/v1/intentions/{intention_id}/fire", "post"),
         ("/api/v1/intentions/{intention_id}/dependencies", "put"),
+        ("/api/v1/intentions/{intention_id}/escalation-policy", "put"),
         ("/api/v1/webhook", "get"),
         ("/api/v1/webhook", "put"),
         ("/api/v1/webhook", "delete"),

@@ -8,6 +8,7 @@ from intentions import selectors
 from intentions.models import Intention, IntentionStatus, TriggerType
 from intentions.serializers import IntentionOutputSerializer
 from intentions.services import engine
+from intentions.services.lifecycle import intention_fail
 from intentions.tests.factories import IntentionFactory, ThreadFactory, in_status
 from piper.tenancy.tests.factories import AgentFactory
 
@@ -49,7 +50,7 @@ class TestOpenIntentionsRendered:
             required_context=["ticket", {"n": 1.5}],
             completion_criteria="the report is sent",
             retry_policy={"max_retries": 3, "backoff_seconds": 30},
-            escalation_policy={"after_seconds": 600},
+            escalation_policy={"overdue_seconds": 600},
             source_session="s1",
             dependencies=[first.pk],
             trigger_spec={},
@@ -62,7 +63,14 @@ class TestOpenIntentionsRendered:
             rrule="FREQ=DAILY;COUNT=3",
             priority=5,
         )
-        due = in_status(agent, IntentionStatus.DUE, thread=thread)
+        due = in_status(
+            agent,
+            IntentionStatus.DUE,
+            thread=thread,
+            escalation_policy={"after_failures": 1, "notify": [], "note": "call Ana"},
+        )
+        engine.clock_set(agent=agent, now=T0 + timedelta(microseconds=7))
+        intention_fail(agent=agent, intention_id=due.pk, reason="no answer")  # escalates it
         in_status(agent, IntentionStatus.COMPLETED, thread=thread)  # not open: not listed
         IntentionFactory(agent=agent, thread=ThreadFactory(agent=agent))  # another thread
         engine.clock_set(agent=agent, now=T0 + timedelta(hours=1))  # `overdue` is now overdue
@@ -78,6 +86,8 @@ class TestOpenIntentionsRendered:
         assert rendered[1]["due_at"] == "2026-03-01T09:05:00.000120Z"
         assert rendered[1]["not_before"] == "2026-03-01T09:01:00Z"
         assert rendered[1]["dependencies"] == [str(first.pk)]
+        assert rendered[0]["escalated_at"] == "2026-03-01T09:00:00.000007Z"
+        assert rendered[0]["escalation"]["note"] == "call Ana"
 
     def test_an_empty_thread_renders_an_empty_list(self, thread):
         assert selectors.open_intentions_rendered(thread=thread, now=T0).parsed() == []

@@ -1846,7 +1846,11 @@ class TestFail:
         assert timeline(retried)[-1] == ("due", "active", 1, "failed: timeout; retry 1")
 
     def test_without_retries_a_due_one_stays_due_and_is_escalated_in_the_ledger(self, agent):
-        intention = in_status(agent, IntentionStatus.DUE, escalation_policy={"notify": "operator"})
+        intention = in_status(
+            agent,
+            IntentionStatus.DUE,
+            escalation_policy={"after_failures": 5, "notify": ["webhook"]},
+        )
         since = head_seq(agent)
 
         failed = intention_fail(agent=agent, intention_id=intention.pk, reason="broken")
@@ -1858,7 +1862,7 @@ class TestFail:
             {
                 "intention_id": str(intention.pk),
                 "reason": "broken",
-                "escalate": {"notify": "operator"},
+                "escalate": {"after_failures": 5, "notify": ["webhook"]},
             },
         )
 

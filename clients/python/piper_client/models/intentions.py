@@ -29,6 +29,21 @@ class Firing(ApiModel):
     event_id: str
 
 
+class Escalation(ApiModel):
+    """Why and when the engine escalated an intention's pending occurrence."""
+
+    id: str
+    reason: str  # "failures" or "overdue"
+    occurrence: int
+    attempts: int
+    after_failures: int | None
+    overdue_seconds: int | None
+    to_session: str
+    note: str
+    notify: list[str]
+    event_id: str
+
+
 class Intention(ApiModel):
     id: str
     description: str
@@ -50,6 +65,8 @@ class Intention(ApiModel):
     completion_evidence: Any
     retry_policy: dict[str, Any]
     escalation_policy: dict[str, Any]
+    escalated_at: datetime | None
+    escalation: Escalation | None
     source_session: str
     inherited_by: str
     source_event_id: str
@@ -71,10 +88,18 @@ class Fired(ApiModel):
     cause: str
 
 
+class Escalated(ApiModel):
+    intention_id: str
+    occurrence: int
+    reason: str
+    escalation_id: str
+
+
 class Tick(ApiModel):
     now: datetime
     fired: list[Fired]
     rehearsed: int
+    escalated: list[Escalated]
 
 
 class Webhook(ApiModel):
