@@ -21,6 +21,7 @@ from piper.errors import PiperError
 
 from .models import (
     AgentClock,
+    Escalation,
     EventCursor,
     Firing,
     Handover,
@@ -254,7 +255,21 @@ HEAVY_JSON = [
     "completion_evidence",
     "retry_policy",
     "escalation_policy",
+    "escalation",
 ]
+
+
+class EscalatedFilter(admin.SimpleListFilter):
+    title = "escalated"
+    parameter_name = "escalated"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Escalated"), ("no", "Not escalated")]
+
+    def queryset(self, request, queryset):
+        if self.value() in ("yes", "no"):
+            return queryset.filter(escalated_at__isnull=self.value() == "no")
+        return queryset
 
 
 @admin.register(Intention)
@@ -268,9 +283,10 @@ class IntentionAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "due_at",
         "occurrence",
         "last_fired_at",
+        "escalated_at",
         "thread",
     ]
-    list_filter = ["status", "trigger_type", "agent"]
+    list_filter = ["status", "trigger_type", EscalatedFilter, "agent"]
     list_select_related = ["agent", "thread"]
     search_fields = ["=id", "description", "source_session", "inherited_by"]
     ordering = ["-created_at", "-id"]
@@ -294,6 +310,8 @@ class IntentionAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "dependents",
         "last_fired_at",
         "last_rehearsed_at",
+        "escalated_at",
+        "escalation_shown",
         "armed_after_seq",
         "completion_criteria",
         "evidence",
@@ -327,7 +345,16 @@ class IntentionAdmin(ReadOnlyMixin, admin.ModelAdmin):
         ),
         (
             "Engine",
-            {"fields": ["last_fired_at", "last_rehearsed_at", "source_session", "inherited_by"]},
+            {
+                "fields": [
+                    "last_fired_at",
+                    "last_rehearsed_at",
+                    "escalated_at",
+                    "escalation_shown",
+                    "source_session",
+                    "inherited_by",
+                ]
+            },
         ),
         (
             "Completion",
@@ -356,6 +383,10 @@ class IntentionAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description="required context")
     def context(self, intention: Intention) -> str:
         return pretty_json(intention.required_context)
+
+    @admin.display(description="escalation")
+    def escalation_shown(self, intention: Intention) -> str:
+        return pretty_json(intention.escalation)
 
     @admin.display(description="retry / escalation policy")
     def policies(self, intention: Intention) -> str:
@@ -418,8 +449,21 @@ class IntentionAdmin(ReadOnlyMixin, admin.ModelAdmin):
             )
             for f in intention.firings.select_related("outbox").order_by("occurrence")
         ]
+        escalations = [
+            (
+                e.occurrence,
+                _when(e.escalated_at),
+                e.reason,
+                e.attempts,
+                _event_link(e.event_id),
+                _link("admin:intentions_outboxmessage_change", e.outbox.pk, e.outbox.status)
+                if hasattr(e, "outbox")
+                else "-",
+            )
+            for e in intention.escalations.select_related("outbox").order_by("occurrence")
+        ]
         return format_html(
-            "<h4>Transitions (engine clock)</h4>{}<h4>Firings</h4>{}",
+            "<h4>Transitions (engine clock)</h4>{}<h4>Firings</h4>{}<h4>Escalations</h4>{}",
             _table(
                 ["at", "from", "to", "occurrence", "reason", "ledger event"],
                 transitions,
@@ -429,6 +473,11 @@ class IntentionAdmin(ReadOnlyMixin, admin.ModelAdmin):
                 ["occurrence", "fired at", "cause", "cause event", "ledger event", "webhook"],
                 firings,
                 "never fired",
+            ),
+            _table(
+                ["occurrence", "escalated at", "reason", "attempts", "ledger event", "webhook"],
+                escalations,
+                "never escalated",
             ),
         )
 
@@ -505,6 +554,37 @@ class FiringAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return qs.defer(*(f"intention__{name}" for name in HEAVY_JSON))
 
 
+@admin.register(Escalation)
+class EscalationAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["intention", "occurrence", "reason", "attempts", "escalated_at", "agent"]
+    list_filter = ["reason", "agent"]
+    list_select_related = ["intention", "agent"]
+    search_fields = ["=id", "=intention__id", "intention__description"]
+    ordering = ["-recorded_at"]
+    show_full_result_count = False
+    readonly_fields = [
+        "id",
+        "agent",
+        "intention",
+        "occurrence",
+        "reason",
+        "attempts",
+        "escalated_at",
+        "policy_shown",
+        "event",
+        "recorded_at",
+    ]
+    fields = readonly_fields
+
+    def get_queryset(self, request):
+        qs = super().get_queryset(request)
+        return qs.defer(*(f"intention__{name}" for name in HEAVY_JSON))
+
+    @admin.display(description="policy")
+    def policy_shown(self, escalation: Escalation) -> str:
+        return pretty_json(escalation.policy)
+
+
 # ------------------------------------------------------------------ delivery, clock
 
 
@@ -512,6 +592,7 @@ class FiringAdmin(ReadOnlyMixin, admin.ModelAdmin):
 class OutboxMessageAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = [
         "firing",
+        "escalation",
         "agent",
         "status",
         "attempts",
@@ -520,8 +601,8 @@ class OutboxMessageAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "error",
     ]
     list_filter = ["status", "agent"]
-    list_select_related = ["agent", "firing"]
-    search_fields = ["=id", "=firing__id", "last_error"]
+    list_select_related = ["agent", "firing", "escalation"]
+    search_fields = ["=id", "=firing__id", "=escalation__id", "last_error"]
     ordering = ["-next_attempt_at"]
     show_full_result_count = False
     actions = ["deliver_now"]
@@ -529,6 +610,7 @@ class OutboxMessageAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "id",
         "agent",
         "firing",
+        "escalation",
         "status",
         "attempts",
         "next_attempt_at",

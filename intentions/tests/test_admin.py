@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from intentions.models import (
     AgentClock,
+    Escalation,
     EventCursor,
     Firing,
     Handover,
@@ -74,6 +75,13 @@ def memory() -> dict:
     )
     cancelled = make(agent, "old plan")
     lifecycle.intention_cancel(agent=agent, intention_id=cancelled.pk, reason="superseded")
+    escalated = make(
+        agent,
+        "renew <the> certificate",
+        escalation_policy={"after_failures": 1, "notify": ["webhook"]},
+    )
+    lifecycle.intention_fire(agent=agent, intention_id=escalated.pk)
+    lifecycle.intention_fail(agent=agent, intention_id=escalated.pk, reason="expired upstream")
     engine.match_events(agent_id=agent.pk)
     handover = state.handover_start(agent=agent, thread=thread, to_session="s2", note="shift")
     return {
@@ -86,6 +94,8 @@ def memory() -> dict:
         "waiting": waiting,
         "cancelled": cancelled,
         "firing": Firing.objects.get(intention=fired),
+        "escalated": Intention.objects.get(pk=escalated.pk),
+        "escalation": Escalation.objects.get(intention=escalated),
         "outboxmessage": OutboxMessage.objects.get(firing__intention=fired),
         "webhook": Webhook.objects.get(agent=agent),
         "agentclock": AgentClock.objects.get(agent=agent),
@@ -97,9 +107,10 @@ MODELS = {
     "thread": 1,
     "workingstate": 2,
     "handover": 1,
-    "intention": 4,
-    "firing": 1,
-    "outboxmessage": 1,
+    "intention": 5,
+    "firing": 2,
+    "escalation": 1,
+    "outboxmessage": 3,
     "webhook": 1,
     "agentclock": 1,
     "eventcursor": 1,
@@ -122,7 +133,9 @@ def test_changelist(admin_client, memory, model, rows, django_assert_max_num_que
     assert response.context["cl"].result_count == rows
 
 
-@pytest.mark.parametrize("model", ["thread", "intention", "workingstate", "firing"])
+@pytest.mark.parametrize(
+    "model", ["thread", "intention", "workingstate", "firing", "escalation", "outboxmessage"]
+)
 def test_changelist_queries_do_not_grow_with_rows(
     admin_client, memory, model, django_assert_max_num_queries
 ):
@@ -159,6 +172,26 @@ def test_nothing_is_added_or_deleted_in_the_admin(admin_client, memory, model):
     add = admin_client.get(reverse(f"admin:intentions_{model}_add"))
     delete = admin_client.get(reverse(f"admin:intentions_{model}_delete", args=[obj.pk]))
     assert (add.status_code, delete.status_code) == (403, 403)
+
+
+def test_intentions_filter_by_escalated(admin_client, memory):
+    escalated = admin_client.get(changelist("intention") + "?escalated=yes")
+    others = admin_client.get(changelist("intention") + "?escalated=no")
+
+    assert [i.pk for i in escalated.context["cl"].result_list] == [memory["escalated"].pk]
+    assert escalated.context["cl"].result_count == 1
+    assert others.context["cl"].result_count == 4
+
+
+def test_intention_page_shows_its_escalation_and_its_webhook_message(admin_client, memory):
+    escalation = memory["escalation"]
+    content = admin_client.get(change_page("intention", memory["escalated"].pk)).content.decode()
+
+    assert "Escalations" in content
+    assert "failures" in content
+    assert escalation.outbox.status in content
+    assert reverse("admin:intentions_outboxmessage_change", args=[escalation.outbox.pk]) in content
+    assert "renew &lt;the&gt; certificate" in content  # escaped
 
 
 def test_thread_page_shows_versions_newest_first_handovers_and_pending(admin_client, memory):
@@ -236,7 +269,7 @@ def test_webhook_secret_is_never_shown(admin_client, memory):
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
-        ({"status__exact": "due"}, ["intention"]),
+        ({"status__exact": "due"}, ["intention", "escalated"]),
         ({"status__exact": "cancelled"}, ["cancelled"]),
         ({"trigger_type__exact": "time"}, ["recurring"]),
         ({"trigger_type__exact": "dependency", "status__exact": "blocked"}, ["waiting"]),
@@ -257,8 +290,9 @@ def test_filters_and_search_render(admin_client, memory):
         ("workingstate", {"q": "deploy"}, 2),
         ("handover", {"status__exact": "pending"}, 1),
         ("intention", {"q": "client"}, 1),
-        ("firing", {"cause__exact": "manual"}, 1),
-        ("outboxmessage", {"status__exact": "pending"}, 1),
+        ("firing", {"cause__exact": "manual"}, 2),
+        ("escalation", {"reason__exact": "failures"}, 1),
+        ("outboxmessage", {"status__exact": "pending"}, 3),
     ):
         response = admin_client.get(changelist(model), query)
         assert (response.status_code, response.context["cl"].result_count) == (200, rows), model
