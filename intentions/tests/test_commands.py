@@ -245,6 +245,25 @@ class TestIntentionsTick:
         assert Intention.objects.get(pk=due.pk).last_fired_at == T0
         assert engine.now_for(agent.pk) == T0
 
+    def test_it_prints_what_escalated_once(self):
+        agent = sim_agent("simulated")
+        due = IntentionFactory(
+            agent=agent,
+            trigger_type="time",
+            due_at=T0,
+            escalation_policy={"overdue_seconds": 60},
+        )
+        run("intentions_tick", "--agent", "simulated")
+        engine.clock_set(agent=agent, now=T0 + timedelta(minutes=1))
+
+        assert run("intentions_tick", "--agent", "simulated") == [
+            f"escalated  {due.pk} #1  (overdue)",
+            "fired 0 intention(s), rehearsed 0, escalated 1",
+        ]
+        assert run("intentions_tick", "--agent", "simulated") == [
+            "fired 0 intention(s), rehearsed 0"
+        ]
+
     def test_an_unknown_agent_is_an_error(self):
         with pytest.raises(CommandError, match="no agent 'nobody'"):
             run("intentions_tick", "--agent", "nobody")
