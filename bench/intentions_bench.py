@@ -152,7 +152,7 @@ def make_input(rng: random.Random, kind: str, now: datetime, thread, n: int, dep
         ),
         "completion_criteria": sentence(rng, 3, 10) if rng.random() < 0.6 else "",
         "retry_policy": {"max_retries": 2, "backoff_seconds": 300} if rng.random() < 0.3 else {},
-        "escalation_policy": {"notify": "oncall", "after_minutes": 60}
+        "escalation_policy": {"overdue_seconds": 3600, "to_session": "oncall"}
         if rng.random() < 0.1
         else {},
         "source_session": f"session-{rng.randint(1, 400)}",
