@@ -1,20 +1,24 @@
 """Suite G — metamemory (DESIGN.md §9): does the agent know what it knows?
 Driven through the API as an agent would, on the wall clock.
 
-A seeded draw (draw.py) makes 148 items. G1 "do I need to look?" (48): a
+A seeded draw (draw.py) makes 208 items. G1 "do I need to look?" (48): a
 fact question on the current-fact route whose answer is stable (answer it),
 possibly stale (answer it, flagged `needs_recheck`: older than its
 predicate's volatility) or unknowable (nothing stored: abstain). G2 route
-accuracy (60): one question per memory type — current fact, what happened,
+accuracy (120): one question per memory type — current fact, what happened,
 how to, what am I supposed to do, what did source X say, multi-hop — asked
 with route auto; the route chosen must be the type's, and what the item
-stored of that type must come back. G3 "asked in other words" (40): a fact
-stored as key-value state (its value changed once), asked with route auto in
-words that paraphrase its predicate, from a seen or a held-out vocabulary
-(paraphrase.py), and negatives (a predicate never stated, a look-alike
-subject). Its items pass when no superseded value is shown as current and
-nothing is answered where nothing is stored (gated); how many are answered
-is reported per vocabulary (`paraphrase_answer_rate`, `_held_out`).
+stored of that type must come back. 60 are asked in the router's own
+template words (gated), 60 in words no rule or prototype of the router holds
+(phrasing.py), a seen and a held-out half, reported per half
+(`route_accuracy_seen`, `_held_out`), not gated. G3 "asked in other words"
+(40): a fact stored as key-value state (its value changed once), asked with
+route auto in words that paraphrase its predicate, from a seen or a held-out
+vocabulary (paraphrase.py), and negatives (a predicate never stated, a
+look-alike subject). Its items pass when no superseded value is shown as
+current and nothing is answered where nothing is stored (gated); how many
+are answered is reported per vocabulary (`paraphrase_answer_rate`,
+`_held_out`).
 
 One throwaway agent of its own holds every item's world. `prepare` defines
 the predicates' volatility, writes the facts (batches), episodes, skills,
@@ -46,6 +50,8 @@ from .draw import STALE_SECONDS, generate, predicate_definitions
 from .judge import (
     ABSTENTION_GATE,
     FALSE_ANSWER_GATE,
+    LOOK_GATE,
+    PASS_RATE_GATE,
     ROUTE_GATE,
     STALE_AS_CURRENT_GATE,
     judge_g1,
@@ -69,13 +75,15 @@ suite = register(
             "Knowing what it knows: a stored fact answered and flagged for re-check when older "
             "than its volatility, an abstention when nothing is stored, and every memory type's "
             "question routed to its store, and facts asked in other words answered without "
-            "a stale value shown as current: 148 items drawn from the seed."
+            "a stale value shown as current: 208 items drawn from the seed."
         ),
         weight=5,
-        gate=ROUTE_GATE,
+        gate=PASS_RATE_GATE,
         summarize=summarize,
         metric_gates=(
             MetricGate("route_accuracy", minimum=ROUTE_GATE),
+            MetricGate("route_store_accuracy", minimum=ROUTE_GATE),
+            MetricGate("look_accuracy", minimum=LOOK_GATE),
             MetricGate("abstention_accuracy", minimum=ABSTENTION_GATE),
             MetricGate("paraphrase_false_answer_rate", maximum=FALSE_ANSWER_GATE),
             MetricGate("stale_as_current_rate", maximum=STALE_AS_CURRENT_GATE),

@@ -19,6 +19,11 @@ to do), a document (what did source X say) and a chain of relations
 (multi-hop). The route chosen must be the type's; the thing stored must
 come back from it (as evidence, or as a near miss).
 
+G2 in other words (issue 20) — the same six questions about the same kinds
+of thing, in words the router holds in no rule or prototype (phrasing.py):
+a seen and a held-out vocabulary in turn, six items (one per route) each.
+The first 60 G2 items are the router's own templates (split `template`).
+
 G3 "asked in other words" — facts stored as an agent writes key-value state,
 asked with route auto in words that paraphrase the predicate, from a seen or
 a held-out vocabulary (paraphrase.py): answer the current value, never show
@@ -41,9 +46,11 @@ from typing import Any
 from ...registry import ItemSpec
 from ...taxonomy import FailureCode as F
 from ..episodic.draw import ACTIONS, INCIDENTS, PEOPLE, SYSTEMS, iso
-from . import paraphrase
+from . import paraphrase, phrasing
 
-COUNTS = {"g1": 48, "g2": 60, "g3": 40}
+# g2: the router's own template words; g2_words: G2 in other words
+# (phrasing.py), drawn after G3 so that adding them changed no earlier item.
+COUNTS = {"g1": 48, "g2": 60, "g3": 40, "g2_words": 60}
 ACTOR = "battery-reference-agent"
 VALID_FROM = datetime(2024, 1, 1, tzinfo=UTC)  # every fact holds from then on
 EPISODE_AT = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # G2's episodes happened around then
@@ -325,6 +332,18 @@ class Draw:
         self.incidents = list(range(len(INCIDENTS)))
         rng.shuffle(self.incidents)
         self.known: list[tuple[str, list[str]]] = []  # G1 subjects and the predicates told
+        self.named: dict[str, list[str]] = {}  # G2 in other words: its systems, per split
+
+    def name(self, split: str) -> str:
+        """A system of G2 in other words, in the split's words, never used before.
+        Shuffled on first use, so the items drawn before these draw as before."""
+        if split not in self.named:
+            named = [f"{c} {n}" for c in phrasing.CODENAMES for n in phrasing.NOUNS[split]]
+            self.rng.shuffle(named)
+            self.named[split] = named
+        if not self.named[split]:
+            raise ValueError(f"suite G2: more items than {split} systems")
+        return self.named[split].pop()
 
     def subject(self) -> str:
         """A subject no other item uses (codename and noun)."""
@@ -469,35 +488,13 @@ def _g2_item(draw: Draw, number: int) -> ItemSpec:
             texts = {k: template[k].format(**slots) for k in ("summary", "action", "observation")}
             entities = [system]
             text = template["question"].format(**slots)
-        data["episode"] = {
-            "ref": f"{ref}:episode",
-            "occurred_at": iso(occurred),
-            **texts,
-            "outcome": rng.choice(("success", "failure", "partial")),
-            "actor": actor,
-            "environment": "prod-eu",
-            "session_id": f"{ref}-session",
-            "entities": entities,
-            "source_type": "observation",
-        }
+        data["episode"] = _episode(ref, occurred, texts, rng, actor, entities)
         expects = {"kind": "episode", "ref": f"{ref}:episode"}
     elif route == "how_to":
         system = draw.system()
         task, keyword = rng.choice(HOW_TO_TASKS)
         task = task.format(system=system)
-        data["skill"] = {
-            "ref": f"{ref}:skill",
-            "name": f"{keyword.replace(' ', '-')}-{system.replace(' ', '-')}-{number}",
-            "purpose": task[0].upper() + task[1:],
-            "trigger": {"keywords": [*keyword.split(), *system.split()], "min_keywords": 2},
-            "parameter_schema": {
-                "type": "object",
-                "properties": {"target": {"type": "string"}},
-                "required": ["target"],
-            },
-            "procedure": "def run(params, tools):\n    return 'done: ' + params['target']\n",
-            "examples": [{"params": {"target": system}, "expected": f"done: {system}"}],
-        }
+        data["skill"] = _skill(ref, number, system, task, keyword)
         text = rng.choice(HOW_TO_QUESTIONS).format(task=task)
         expects = {"kind": "skill", "ref": f"{ref}:skill"}
     elif route == "what_to_do":
@@ -524,30 +521,139 @@ def _g2_item(draw: Draw, number: int) -> ItemSpec:
         expects = {"kind": "chunk", "ref": f"{ref}:source", "sentence": sentence}
     else:  # multi_hop
         person, company, city = draw.person(), draw.companies.pop(), rng.choice(CITIES)
-        data["facts"] += [
-            _claim(
-                f"{ref}:works_for",
-                person,
-                "works_for",
-                None,
-                object_entity=company,
-                subject_type="person",
-                object_type="org",
-            ),
-            _claim(
-                f"{ref}:based_in",
-                company,
-                "headquartered_in",
-                None,
-                object_entity=city,
-                subject_type="org",
-                object_type="place",
-            ),
-        ]
+        data["facts"] += _employment(ref, person, company, city)
         text = rng.choice(MULTI_HOP_QUESTIONS).format(person=person)
         expects = {"kind": "path", "refs": [f"{ref}:works_for", f"{ref}:based_in"]}
     data["question"] = {"text": text, "route": "auto", "expected_route": route, "expects": expects}
-    return _spec("g2", number, f"G2 route: {route.replace('_', ' ')}", F.R1, data, route=route)
+    title = f"G2 route: {route.replace('_', ' ')}"
+    return _spec("g2", number, title, F.R1, data, route=route, split="template")
+
+
+def g2_worded(draw: Draw, count: int, first: int) -> list[ItemSpec]:
+    """G2 in other words (phrasing.py): routes in turn, and the seen and the
+    held-out vocabulary in turn, one route cycle each; numbered from `first`."""
+    specs = []
+    for index in range(count):
+        route = ROUTES[index % len(ROUTES)]
+        split = phrasing.SPLITS[index // len(ROUTES) % len(phrasing.SPLITS)]
+        specs.append(_g2_worded_item(draw, first + index, route, split))
+    return specs
+
+
+def _g2_worded_item(draw: Draw, number: int, route: str, split: str) -> ItemSpec:
+    rng = draw.rng
+    ref = f"g2_{number:04d}"
+    data: dict[str, Any] = {"facts": [], "checks": list(G2_METRICS)}
+    if route == "multi_hop":
+        person, company, city = draw.person(), draw.companies.pop(), rng.choice(CITIES)
+        data["facts"] += _employment(ref, person, company, city)
+        text = phrasing.draw_question(rng, route, split, {"person": person})
+        expects = {"kind": "path", "refs": [f"{ref}:works_for", f"{ref}:based_in"]}
+    else:
+        system = draw.name(split)
+    if route == "current_fact":
+        predicate = rng.choice(list(CURRENT_QUESTIONS))
+        value = rng.choice(PREDICATES[predicate]["values"])
+        data["facts"].append(_claim(f"{ref}:fact", system, predicate, value))
+        slots = {"subject": system, "predicate": predicate}
+        text = phrasing.draw_question(rng, route, split, slots)
+        expects = {"kind": "fact", "ref": f"{ref}:fact", "value": value}
+    elif route == "what_happened":
+        actor = rng.choice(PEOPLE)
+        event = rng.choice(phrasing.EVENTS[split])
+        occurred = EPISODE_AT + timedelta(hours=rng.randrange(0, 24 * 30))
+        slots = {"actor": actor, "system": system, "n": rng.randrange(3, 30), "version": "4.2.0"}
+        texts = {k: phrasing.cap(event[k].format(**slots)) for k in ("summary", "action")}
+        texts["observation"] = event["observation"].format(**slots)
+        data["episode"] = _episode(ref, occurred, texts, rng, actor, [system])
+        slots["event"] = event["event"]
+        text = phrasing.draw_question(rng, route, split, slots)
+        expects = {"kind": "episode", "ref": f"{ref}:episode"}
+    elif route == "how_to":
+        task, keyword = rng.choice(phrasing.TASKS[split])
+        task = task.format(system=system)
+        data["skill"] = _skill(ref, number, system, task, keyword)
+        text = phrasing.draw_question(rng, route, split, {"task": task})
+        expects = {"kind": "skill", "ref": f"{ref}:skill"}
+    elif route == "what_to_do":
+        person = draw.person()
+        description = rng.choice(phrasing.ERRANDS[split]).format(system=system, person=person)
+        data["intention"] = {
+            "ref": f"{ref}:intention",
+            "description": description,
+            "trigger_type": "manual",
+            "source_session": f"{ref}-session",
+        }
+        slots = {"system": system, "person": person}
+        text = phrasing.draw_question(rng, route, split, slots)
+        expects = {"kind": "intention", "ref": f"{ref}:intention"}
+    elif route == "source":
+        document = rng.choice(phrasing.DOCUMENTS[split])
+        title = phrasing.cap(document["title"].format(system=system))
+        sentence = phrasing.cap(document["sentence"].format(system=system, n=rng.randrange(5, 95)))
+        filler = rng.sample(list(FILLER), 3)
+        content = "\n\n".join([f"{title}.", filler[0], sentence, filler[1], filler[2]])
+        data["source"] = {"ref": f"{ref}:source", "title": title, "content": content}
+        slots = {"title": title, "topic": document["topic"]}
+        text = phrasing.draw_question(rng, route, split, slots)
+        expects = {"kind": "chunk", "ref": f"{ref}:source", "sentence": sentence}
+    question = {"text": text, "route": "auto", "expected_route": route, "expects": expects}
+    data["question"] = {**question, "split": split}
+    title = f"G2 route in other words ({split.replace('_', '-')}): {route.replace('_', ' ')}"
+    return _spec("g2", number, title, F.R1, data, route=route, split=split)
+
+
+def _episode(ref, occurred, texts, rng, actor, entities) -> dict[str, Any]:
+    return {
+        "ref": f"{ref}:episode",
+        "occurred_at": iso(occurred),
+        **texts,
+        "outcome": rng.choice(("success", "failure", "partial")),
+        "actor": actor,
+        "environment": "prod-eu",
+        "session_id": f"{ref}-session",
+        "entities": entities,
+        "source_type": "observation",
+    }
+
+
+def _skill(ref: str, number: int, system: str, task: str, keyword: str) -> dict[str, Any]:
+    return {
+        "ref": f"{ref}:skill",
+        "name": f"{keyword.replace(' ', '-')}-{system.replace(' ', '-')}-{number}",
+        "purpose": task[0].upper() + task[1:],
+        "trigger": {"keywords": [*keyword.split(), *system.split()], "min_keywords": 2},
+        "parameter_schema": {
+            "type": "object",
+            "properties": {"target": {"type": "string"}},
+            "required": ["target"],
+        },
+        "procedure": "def run(params, tools):\n    return 'done: ' + params['target']\n",
+        "examples": [{"params": {"target": system}, "expected": f"done: {system}"}],
+    }
+
+
+def _employment(ref: str, person: str, company: str, city: str) -> list[dict[str, Any]]:
+    return [
+        _claim(
+            f"{ref}:works_for",
+            person,
+            "works_for",
+            None,
+            object_entity=company,
+            subject_type="person",
+            object_type="org",
+        ),
+        _claim(
+            f"{ref}:based_in",
+            company,
+            "headquartered_in",
+            None,
+            object_entity=city,
+            subject_type="org",
+            object_type="place",
+        ),
+    ]
 
 
 # ---------------------------------------------------------- G3 in other words
@@ -583,13 +689,15 @@ def g3_paraphrased(rng: random.Random, count: int) -> list[ItemSpec]:
 
 
 def generate(rng: random.Random, counts: dict[str, int] | None = None) -> list[ItemSpec]:
-    """Every item of a run, G1, G2, then G3."""
+    """Every item of a run: G1, G2 in the router's template words, G3, then
+    G2 in other words (numbered after the first G2 items)."""
     counts = {**COUNTS, **(counts or {})}
     draw = Draw(rng)
     return [
         *g1_look(draw, counts["g1"]),
         *g2_routes(draw, counts["g2"]),
         *g3_paraphrased(rng, counts.get("g3", 0)),
+        *g2_worded(draw, counts.get("g2_words", 0), first=counts["g2"] + 1),
     ]
 
 
