@@ -33,6 +33,7 @@ from .serializers import (
     CompleteInputSerializer,
     DependenciesInputSerializer,
     EmptyInputSerializer,
+    EscalationPolicyInputSerializer,
     FailInputSerializer,
     HandoverInputSerializer,
     HandoverOutputSerializer,
@@ -483,6 +484,31 @@ class IntentionFailApi(APIView):
                 agent=request.user, intention_id=intention_id, **data
             ),
         )
+
+
+class IntentionEscalationPolicyApi(APIView):
+    @extend_schema(
+        request=EscalationPolicyInputSerializer,
+        responses=IntentionDetailOutputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Replace an open intention's escalation policy",
+        description="The whole policy ({} for none): after_failures and/or overdue_seconds, "
+        "notify, to_session, note. 400 naming the field for a wrong shape; 409 not_open for "
+        "a completed, cancelled or expired intention. If the new policy's condition holds "
+        "already the intention escalates now, unless this occurrence already escalated "
+        "(never twice).",
+    )
+    def put(self, request, intention_id):
+        def write():
+            data = body_data(EscalationPolicyInputSerializer, request)
+            intention = lifecycle.intention_set_escalation_policy(
+                agent=request.user,
+                intention_id=intention_id,
+                policy=data["escalation_policy"],
+            )
+            return Response(_detail(request.user, intention.pk))
+
+        return idempotent_write(request, write)
 
 
 class IntentionCancelApi(APIView):

@@ -489,6 +489,12 @@ class EmptyInputSerializer(StrictSerializer):
     """No fields: send {} or nothing."""
 
 
+class EscalationPolicyInputSerializer(StrictSerializer):
+    escalation_policy = EscalationPolicySerializer(
+        help_text="The new policy, whole ({} for none). " + ESCALATION_POLICY_HELP
+    )
+
+
 class DependenciesInputSerializer(StrictSerializer):
     dependencies = serializers.ListField(
         child=serializers.UUIDField(),

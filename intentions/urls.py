@@ -56,6 +56,11 @@ urlpatterns = [
         name="intention-fail",
     ),
     path(
+        "intentions/<uuid:intention_id>/escalation-policy",
+        apis.IntentionEscalationPolicyApi.as_view(),
+        name="intention-escalation-policy",
+    ),
+    path(
         "intentions/<uuid:intention_id>/cancel",
         apis.IntentionCancelApi.as_view(),
         name="intention-cancel",

@@ -11,7 +11,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from facts.tests.api_helpers import iso, ok, post
+from facts.tests.api_helpers import iso, ok, post, put
 from intentions import tasks
 from intentions.models import (
     Escalation,
@@ -56,7 +56,7 @@ from intentions.tests.test_engine import errors, race
 from ledger.models import Event
 from ledger.selectors import chain_verify
 from ledger.tests.helpers import error
-from piper.errors import Conflict, InvalidInput, NotFound
+from piper.errors import Conflict, InvalidInput
 from piper.tenancy.tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
@@ -656,66 +656,83 @@ class TestTheApi:
         assert client_b.get(f"/api/v1/intentions/{intention['id']}").status_code == 404
         assert ok(client_b.get("/api/v1/intentions/due"))["results"] == []
         assert ok(client_b.get("/api/v1/intentions?escalated=true"))["results"] == []
-        with pytest.raises(NotFound):
-            intention_set_escalation_policy(
-                agent=client_b.agent, intention_id=uuid.UUID(intention["id"]), policy={}
-            )
+        before = intentions_state()
+        response = put(
+            client_b,
+            f"/api/v1/intentions/{intention['id']}/escalation-policy",
+            {"escalation_policy": {}},
+        )
+        assert response.status_code == 404
+        assert intentions_state() == before
 
+    def test_replacing_the_policy(self, client_a):
+        intention = make_intention(client_a)
+        act(client_a, intention["id"], "fire")
+        act(client_a, intention["id"], "fail", {"reason": "x"})
+        act(client_a, intention["id"], "fail", {"reason": "y"})
+        since = head_seq(client_a.agent)
 
-class TestReplacingThePolicy:
-    """intention_set_escalation_policy (a service; not yet an endpoint)."""
-
-    def test_it_escalates_at_once_when_the_new_condition_holds_and_never_twice(self, agent):
-        intention = in_status(agent, IntentionStatus.DUE)
-        intention_fail(agent=agent, intention_id=intention.pk, reason="x")
-        intention_fail(agent=agent, intention_id=intention.pk, reason="y")
-        since = head_seq(agent)
-
-        replaced = intention_set_escalation_policy(
-            agent=agent,
-            intention_id=intention.pk,
-            policy={"after_failures": 2, "notify": ["webhook"]},
+        response = put(
+            client_a,
+            f"/api/v1/intentions/{intention['id']}/escalation-policy",
+            {"escalation_policy": {"after_failures": 2, "notify": ["webhook"]}},
         )
 
-        assert replaced.escalation_policy == {"after_failures": 2, "notify": ["webhook"]}
-        assert replaced.escalation["reason"] == "failures"
-        assert event_types(agent, since) == [
+        assert response.status_code == 200
+        assert response.json() == detail_body(intention["id"])
+        assert response.json()["escalation_policy"] == {"after_failures": 2, "notify": ["webhook"]}
+        # Two failures already: the new policy's condition holds, and it escalates now.
+        assert response.json()["escalation"]["reason"] == "failures"
+        assert event_types(client_a.agent, since) == [
             "intention.escalation_policy_set",
             "intention.escalated",
         ]
-        event = Event.objects.get(agent=agent, event_type="intention.escalation_policy_set")
-        assert event.payload == {
-            "intention_id": str(intention.pk),
-            "escalation_policy": {"after_failures": 2, "notify": ["webhook"]},
-            "previous": {},
-        }
-        intention_set_escalation_policy(
-            agent=agent, intention_id=intention.pk, policy={"after_failures": 1}
+        again = put(
+            client_a,
+            f"/api/v1/intentions/{intention['id']}/escalation-policy",
+            {"escalation_policy": {"after_failures": 1}},
         )
-        assert escalations(intention) == [(1, "failures", 2)]
+        assert again.status_code == 200
+        assert Escalation.objects.filter(intention_id=intention["id"]).count() == 1
 
-    def test_it_is_checked_like_making_it_and_writes_nothing_when_refused(self, agent):
-        intention = in_status(agent, IntentionStatus.DUE)
+    def test_replacing_it_is_checked_like_making_it(self, client_a):
+        intention = make_intention(client_a)
         before = intentions_state()
+        message = f"unknown field; allowed: {ALLOWED}"
+        refused(
+            put(
+                client_a,
+                f"/api/v1/intentions/{intention['id']}/escalation-policy",
+                {"escalation_policy": {"page": "oncall"}},
+            ),
+            400,
+            error(
+                "invalid",
+                f"escalation_policy.page: {message}",
+                {"escalation_policy": {"page": [message]}},
+            ),
+            before,
+        )
 
-        with pytest.raises(InvalidInput) as caught:
-            intention_set_escalation_policy(
-                agent=agent, intention_id=intention.pk, policy={"page": "oncall"}
-            )
-
-        assert caught.value.details == {
-            "escalation_policy": {"page": [f"unknown field; allowed: {ALLOWED}"]}
-        }
-        assert intentions_state() == before
-
-    def test_an_ended_intention_keeps_its_policy(self, agent):
-        intention = in_status(agent, IntentionStatus.CANCELLED)
+    def test_an_ended_intention_keeps_its_policy(self, client_a):
+        intention = make_intention(client_a)
+        act(client_a, intention["id"], "cancel", {"reason": "no"})
         before = intentions_state()
-
-        with pytest.raises(Conflict) as caught:
+        refused(
+            put(
+                client_a,
+                f"/api/v1/intentions/{intention['id']}/escalation-policy",
+                {"escalation_policy": {"after_failures": 1}},
+            ),
+            409,
+            error(
+                "not_open",
+                "intention is cancelled; only an open one can change its escalation",
+                {"status": "cancelled"},
+            ),
+            before,
+        )
+        with pytest.raises(Conflict):
             intention_set_escalation_policy(
-                agent=agent, intention_id=intention.pk, policy={"after_failures": 1}
+                agent=client_a.agent, intention_id=uuid.UUID(intention["id"]), policy={}
             )
-
-        assert (caught.value.code, caught.value.details) == ("not_open", {"status": "cancelled"})
-        assert intentions_state() == before

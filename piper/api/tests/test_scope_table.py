@@ -87,6 +87,7 @@ SCOPE_TABLE = {
     "intentions/<uuid:intention_id>/complete": "POST write",
     "intentions/<uuid:intention_id>/skip": "POST write",
     "intentions/<uuid:intention_id>/fail": "POST write",
+    "intentions/<uuid:intention_id>/escalation-policy": "PUT write",
     "intentions/<uuid:intention_id>/cancel": "POST write",
     "intentions/<uuid:intention_id>/expire": "POST write",
     "intentions/<uuid:intention_id>/fire": "POST write",

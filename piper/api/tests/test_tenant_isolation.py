@@ -103,6 +103,7 @@ BODIES = {
     ("intentions/<uuid:intention_id>/complete", "POST"): {},
     ("intentions/<uuid:intention_id>/skip", "POST"): {},
     ("intentions/<uuid:intention_id>/fail", "POST"): REASON,
+    ("intentions/<uuid:intention_id>/escalation-policy", "PUT"): {"escalation_policy": {}},
     ("intentions/<uuid:intention_id>/cancel", "POST"): {},
     ("intentions/<uuid:intention_id>/expire", "POST"): {},
     ("intentions/<uuid:intention_id>/fire", "POST"): {},

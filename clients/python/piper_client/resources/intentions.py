@@ -67,6 +67,16 @@ class Intentions(Resource):
         return self._move(intention_id, "fail", {"reason": reason})
 
     @operation
+    def set_escalation_policy(self, intention_id: str, policy: dict) -> m.IntentionDetail:
+        """Replace an open intention's escalation policy ({} for none): after_failures
+        and/or overdue_seconds, notify (["webhook"]), to_session, note."""
+        return put(
+            f"/intentions/{intention_id}/escalation-policy",
+            m.IntentionDetail,
+            {"escalation_policy": policy},
+        )
+
+    @operation
     def expire(self, intention_id: str) -> m.IntentionDetail:
         return self._move(intention_id, "expire")
 
