@@ -19,6 +19,7 @@ from django.utils.dateparse import parse_datetime
 from ledger.services import event_append, json_storage_error
 from piper.api.rendering import RawJSON
 from piper.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from piper.ids import uuid7
 from piper.provenance import PrivacyClass, RetentionClass, SourceType
 from piper.tenancy.models import Agent
 
@@ -33,6 +34,15 @@ from ..models import (
     WorkingState,
 )
 from ..selectors import EXTERNAL, dependencies_to_recheck, open_intentions_rendered
+
+# The ledger events of working state; services/rebuild.py replays them.
+THREAD_CREATED = "thread.created"
+STATE_WRITTEN = "working_state.written"
+HANDOVER_STARTED = "thread.handover_started"
+THREAD_RESUMED = "thread.resumed"
+HANDOVER_ACKNOWLEDGED = "thread.handover_acknowledged"
+PENDING_CLEARED = "thread.pending_cleared"
+STATE_SCRUBBED = "working_state.scrubbed"  # written by services/erasure.py
 
 TEXT = "text"
 TEXT_LIST = "list of text"
@@ -152,9 +162,18 @@ def thread_get_or_create(*, agent: Agent, key: str, session_id: str = "") -> tup
         return existing, False
     try:
         with transaction.atomic():
-            thread = Thread.objects.create(agent=agent, key=key, session_id=session_id)
-            _ledger(
-                agent, "thread.created", {"thread_id": str(thread.pk), "thread": key}, session_id
+            # The row's times are its event's record time, so a rebuild gives them back.
+            thread_id = uuid7()
+            event = _ledger(
+                agent, THREAD_CREATED, {"thread_id": str(thread_id), "thread": key}, session_id
+            )
+            thread = Thread.objects.create(
+                id=thread_id,
+                agent=agent,
+                key=key,
+                session_id=session_id,
+                created_at=event.recorded_at,
+                updated_at=event.recorded_at,
             )
             return thread, True
     except IntegrityError:  # created concurrently
@@ -217,15 +236,24 @@ def working_state_write(
                 details={"current_version": locked.current_version, "based_on": based_on},
             )
         version = based_on + 1
+        # The row's id is in its event, so a rebuild from the ledger gives it back.
+        state_id = uuid7()
         event = _ledger(
             agent,
-            "working_state.written",
-            {"thread_id": str(locked.pk), "thread": locked.key, "version": version, "state": state},
+            STATE_WRITTEN,
+            {
+                "thread_id": str(locked.pk),
+                "thread": locked.key,
+                "version": version,
+                "state": state,
+                "working_state_id": str(state_id),
+            },
             session_id,
             privacy_class=privacy_class,
             retention_class=retention_class,
         )
         written = WorkingState.objects.create(
+            id=state_id,
             agent=agent,
             thread=locked,
             version=version,
@@ -234,6 +262,7 @@ def working_state_write(
             size_bytes=size,
             session_id=session_id,
             source_event=event,
+            created_at=event.recorded_at,
         )
         Thread.objects.filter(pk=locked.pk).update(
             current_version=version,
@@ -271,9 +300,10 @@ def handover_start(
                 else f"thread {locked.key!r} is already being handed over",
                 code="handover_open",
             )
+        handover_id = uuid7()  # in the event, as the resume and acknowledgement carry it
         event = _ledger(
             agent,
-            "thread.handover_started",
+            HANDOVER_STARTED,
             {
                 "thread_id": str(locked.pk),
                 "thread": locked.key,
@@ -281,6 +311,7 @@ def handover_start(
                 "to_session": to_session,
                 "frozen_version": locked.current_version,
                 "note": note,
+                "handover_id": str(handover_id),
             },
             from_session or locked.session_id,
         )
@@ -288,6 +319,7 @@ def handover_start(
             status=Thread.Status.HANDING_OVER, updated_at=event.recorded_at
         )
         return Handover.objects.create(
+            id=handover_id,
             agent=agent,
             thread=locked,
             from_session=from_session or locked.session_id,
@@ -295,6 +327,7 @@ def handover_start(
             frozen_version=locked.current_version,
             note=note,
             succession_event=event,
+            created_at=event.recorded_at,
         )
 
 
@@ -340,7 +373,7 @@ def thread_resume(*, agent: Agent, thread: Thread, session_id: str) -> ResumePac
             surfaced = [item["id"] for item in intentions.parsed()]
             event = _ledger(
                 agent,
-                "thread.resumed",
+                THREAD_RESUMED,
                 {
                     "thread_id": str(locked.pk),
                     "handover_id": str(handover.pk),
@@ -395,7 +428,7 @@ def thread_acknowledge(*, agent: Agent, thread: Thread, session_id: str) -> Hand
             )
         event = _ledger(
             agent,
-            "thread.handover_acknowledged",
+            HANDOVER_ACKNOWLEDGED,
             {"thread_id": str(locked.pk), "handover_id": str(handover.pk), "session": session_id},
             session_id,
         )
@@ -427,5 +460,5 @@ def pending_clear(*, agent: Agent, thread: Thread, item_ids: list[int]) -> int:
         if not cleared:
             return 0
         PendingItem.objects.filter(pk__in=cleared).update(cleared_at=now_for(agent.pk))
-        _ledger(agent, "thread.pending_cleared", {"thread_id": str(thread.pk), "items": cleared})
+        _ledger(agent, PENDING_CLEARED, {"thread_id": str(thread.pk), "items": cleared})
         return len(cleared)

@@ -492,7 +492,13 @@ class TestWorkingState:
         }
         assert (event.event_type, event.payload, event.session_id) == (
             "working_state.written",
-            {"thread_id": thread_id, "thread": "main", "version": 1, "state": FULL_STATE},
+            {
+                "thread_id": thread_id,
+                "thread": "main",
+                "version": 1,
+                "state": FULL_STATE,
+                "working_state_id": str(row.pk),
+            },
             "s1",
         )
         assert ok(client_a.get(f"/api/v1/threads/{thread_id}/state")) == response.json()
@@ -763,6 +769,7 @@ class TestHandover:
                 "to_session": "s2",
                 "frozen_version": 1,
                 "note": "going off shift",
+                "handover_id": str(handover.pk),
             },
         )
         assert ok(sim.get(f"/api/v1/threads/{thread_id}"))["handover"] == response.json()

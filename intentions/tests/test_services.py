@@ -161,6 +161,7 @@ class TestWorkingStateVersions:
                     "thread": "main",
                     "version": 1,
                     "state": {"goal": "ship v1", "assumptions": ["a"]},
+                    "working_state_id": str(first.pk),
                 },
             ),
             (
@@ -171,6 +172,7 @@ class TestWorkingStateVersions:
                     "thread": "main",
                     "version": 2,
                     "state": {"goal": "ship v1", "subgoal": "tests"},
+                    "working_state_id": str(second.pk),
                 },
             ),
         ]
@@ -450,6 +452,7 @@ class TestHandover:
                 "to_session": "s2",
                 "frozen_version": 1,
                 "note": "shift ends",
+                "handover_id": str(handover.pk),
             },
         )
 
