@@ -6,8 +6,10 @@ class IntentionsConfig(AppConfig):
     verbose_name = "Working state and intentions"
 
     def ready(self) -> None:
-        from ledger import hooks
+        from ledger import hooks, projections
 
+        from .services.rebuild import rebuild_projection
         from .signals import events_committed
 
+        projections.register("working_state", rebuild_projection)
         hooks.on_events_committed(events_committed)

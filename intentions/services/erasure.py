@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from typing import Any
 
-from django.db.models import Max, Q, TextField
+from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
 from ledger.erasure import ErasureScope, allow_erasure_in_this_transaction, finding
+from ledger.models import Event
 from ledger.services import event_append
 from piper.provenance import SourceType
 
 from ..models import Handover, Intention, OutboxMessage, Thread, Transition, WorkingState
+from . import rebuild
+from .state import STATE_SCRUBBED
 
 INTENTIONS = "intentions"
 WORKING_STATES = "working_states"
@@ -33,7 +37,6 @@ OUTBOX = "webhook_messages"
 SCRUBBED_STATES = "working_states.scrubbed"
 SCRUBBED_INTENTIONS = "intentions.scrubbed"
 ERASED = "[erased]"
-STATE_SCRUBBED = "working_state.scrubbed"
 INTENTION_SCRUBBED = "intention.scrubbed"
 SCRUBBED_FIELDS = ("description", "completion_criteria", "required_context", "trigger_spec")
 
@@ -59,21 +62,33 @@ def erase(scope: ErasureScope) -> None:
     Transition.objects.filter(intention__agent=agent, event_id__in=erased).delete()
 
     states = WorkingState.objects.filter(agent=agent, source_event_id__in=erased)
+    # Every thread an erased event touched: its columns are what the other events make.
     threads = set(states.values_list("thread_id", flat=True))
     for state in states.values_list("state", flat=True):
         scope.add_texts(_strings(state))
     scope.note_removed(WORKING_STATES, states.values_list("id", flat=True))
     states.delete()
-    for thread_id in threads:
-        latest = WorkingState.objects.filter(thread_id=thread_id).aggregate(v=Max("version"))["v"]
-        Thread.objects.filter(pk=thread_id).update(current_version=latest or 0)
 
     handovers = Handover.objects.filter(agent=agent, succession_event_id__in=erased)
+    threads |= set(handovers.values_list("thread_id", flat=True))
     scope.add_texts(handovers.values_list("note", flat=True))
     scope.note_removed(HANDOVERS, handovers.values_list("id", flat=True))
     handovers.delete()
+    for thread_id in (
+        Event.objects.filter(agent=agent, pk__in=erased, event_type__in=rebuild.EVENT_TYPES)
+        .order_by()
+        .values_list("payload__thread_id", flat=True)
+    ):
+        if thread_id:
+            threads.add(uuid.UUID(thread_id))
+    # As a rebuild after the purge will: a rebuild equals what is there.
+    rebuild.threads_refold(agent=agent, thread_ids=threads & _thread_ids(agent), excluding=erased)
 
     _scrub_quotes(scope)
+
+
+def _thread_ids(agent) -> set:
+    return set(Thread.objects.filter(agent=agent).values_list("pk", flat=True))
 
 
 def _strings(value: Any) -> list[str]:
@@ -122,6 +137,14 @@ def _scrub_quotes(scope: ErasureScope) -> None:
         clean = _scrubbed(state.state, probes)
         if clean == state.state:
             continue  # matched JSON escaping, not a quote
+        # The write the version came from, through earlier scrubbed copies: a
+        # rebuild puts the copy where that write stands in the ledger.
+        replaced = Event.objects.filter(pk=state.source_event_id).values("event_type", "payload")[0]
+        written_event_id = (
+            replaced["payload"].get("written_event_id")
+            if replaced["event_type"] == STATE_SCRUBBED
+            else None
+        ) or str(state.source_event_id)
         event = event_append(
             agent=agent,
             event_type=STATE_SCRUBBED,
@@ -130,6 +153,8 @@ def _scrub_quotes(scope: ErasureScope) -> None:
                 "version": state.version,
                 "state": clean,
                 "replaces_event_id": str(state.source_event_id),
+                "working_state_id": str(state.pk),
+                "written_event_id": written_event_id,
             },
             session_id=state.session_id,
             source_type=SourceType.OPERATOR,
