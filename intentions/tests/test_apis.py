@@ -2445,6 +2445,7 @@ def test_every_endpoint_is_in_the_schema(anonymous_client):
         ("/api/v1/intentions/{intention_id}/expire", "post"),
         ("/api/v1/intentions/{intention_id}/fire", "post"),
         ("/api/v1/intentions/{intention_id}/dependencies", "put"),
+        ("/api/v1/intentions/{intention_id}/escalation-policy", "put"),
         ("/api/v1/webhook", "get"),
         ("/api/v1/webhook", "put"),
         ("/api/v1/webhook", "delete"),
