@@ -1140,6 +1140,9 @@ def test_battery_run_of_every_suite_still_works(monkeypatch, tmp_path):
 @pytest.mark.django_db(transaction=True)
 def test_battery_run_suite_C_exits_non_zero_when_a_gate_fails(monkeypatch, tmp_path):
     monkeypatch.setattr(draw, "COUNTS", SMALL)
+    # C6 small too, its fact texts rendered in this process on commit (not waited for).
+    monkeypatch.setattr(asked, "COUNTS", {"c6": 6})
+    monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
     monkeypatch.setattr(
         "battery.services.transport_open",
         lambda base_url, via=None: StaleCurrent(InProcessTransport()),
