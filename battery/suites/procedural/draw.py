@@ -932,21 +932,9 @@ def d3_unseen(draw: Draw, count: int) -> list[ItemSpec]:
         family = FAMILIES[(number - 1) % len(FAMILIES)]
         rule = _base(draw, plan, family)
         session = _session(plan, "s1")
-        examples = draw.fresh(family, 2, [])
-        how = ("runs", "external")[number % 2]
-        holdout = draw.fresh(family, 2, examples) if how == "external" else []
-        seen = [*examples, *holdout]
-        plan.event(
-            "trace",
-            "house.task_completed",
-            {"house": rule["house"], "params": examples[0], "result": expected(rule, examples[0])},
-            session,
+        seen = _learned_from_trace(
+            draw, plan, rule, family, session, how=("runs", "external")[number % 2]
         )
-        plan.data.update(
-            definition=definition(rule, examples=examples, holdout=holdout), session=session
-        )
-        plan.data.update(provenance=["trace"], verified={"params": examples[0], "ref": "trace"})
-        _promotion(draw, plan, family, how, seen)
         plan.check("validated_by_evidence", "lifecycle")
         for params in draw.fresh(family, 3, seen):
             plan.use(
@@ -960,6 +948,30 @@ def d3_unseen(draw: Draw, count: int) -> list[ItemSpec]:
             plan.check("transfer_counted", "lifecycle", use=len(plan.data["uses"]) - 1)
         specs.append(plan.spec(f"D3 {family} of house {rule['house']} on unseen values"))
     return specs
+
+
+def _learned_from_trace(
+    draw: Draw, plan, rule, family: str, session: str, *, how: str, preconditions=None
+) -> list:
+    """A skill distilled from one completed trace: two examples (and two hold-out
+    cases when it is validated the external way), the trace as its provenance and
+    verified run, and how it earns validation. Returns every value the agent has seen."""
+    examples = draw.fresh(family, 2, [])
+    holdout = draw.fresh(family, 2, examples) if how == "external" else []
+    seen = [*examples, *holdout]
+    plan.event(
+        "trace",
+        "house.task_completed",
+        {"house": rule["house"], "params": examples[0], "result": expected(rule, examples[0])},
+        session,
+    )
+    extra = {"preconditions": preconditions} if preconditions is not None else {}
+    plan.data.update(
+        definition=definition(rule, examples=examples, holdout=holdout, **extra), session=session
+    )
+    plan.data.update(provenance=["trace"], verified={"params": examples[0], "ref": "trace"})
+    _promotion(draw, plan, family, how, seen)
+    return seen
 
 
 def d4_near(draw: Draw, count: int) -> list[ItemSpec]:
@@ -1147,24 +1159,15 @@ def d7_undeclared(draw: Draw, count: int) -> list[ItemSpec]:
         rule = _base(draw, plan, family)
         session = _session(plan, "s1")
         condition, holds, contradicts = PRECONDITIONS[draw.rng.randrange(len(PRECONDITIONS))]
-        examples = draw.fresh(family, 2, [])
-        how = ("external", "runs")[number % 2]
-        holdout = draw.fresh(family, 2, examples) if how == "external" else []
-        seen = [*examples, *holdout]
-        plan.event(
-            "trace",
-            "house.task_completed",
-            {"house": rule["house"], "params": examples[0], "result": expected(rule, examples[0])},
+        seen = _learned_from_trace(
+            draw,
+            plan,
+            rule,
+            family,
             session,
+            how=("external", "runs")[number % 2],
+            preconditions=[condition],
         )
-        plan.data.update(
-            definition=definition(
-                rule, examples=examples, holdout=holdout, preconditions=[condition]
-            ),
-            session=session,
-        )
-        plan.data.update(provenance=["trace"], verified={"params": examples[0], "ref": "trace"})
-        _promotion(draw, plan, family, how, seen)
         clean = _context(draw)
         fit = _merged(clean, holds)
         top = condition["path"].split(".")[0]
