@@ -42,6 +42,8 @@ run: install
 # One pytest-xdist worker per core, each with its own test database, Celery
 # queue and cache prefix (piper/settings/test.py); PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= auto
+# The slowest tests are listed at the end of every run: the suite's budget is 15 min.
+PYTEST_ARGS ?= --durations=25
 test: install
 	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
