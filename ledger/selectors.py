@@ -78,6 +78,9 @@ class ChainReport:
     agent_name: str
     events_checked: int
     first_break: ChainBreak | None
+    # Where the walked chain ends: an anchor to keep outside the database.
+    last_seq: int = 0
+    last_hash: str = GENESIS_HASH
 
     @property
     def ok(self) -> bool:
@@ -89,15 +92,71 @@ PAYLOAD_ALTERED = {
     2: "payload or labels do not match payload_hash (payload, actor, session or source_ref altered)",
 }
 REDACTED_WITHOUT_PURGE = "marked redacted without a purge (payload altered or no tombstone)"
+PREV_HASH_MISMATCH = "prev_hash does not match the previous event's hash"
+# When an event's own fields still hash to its stored hash, it is intact and the
+# link is broken by the event before it: say so, and point there.
+PREVIOUS_REWRITTEN = (
+    "the next event does not chain to this one's hash: this event was rewritten "
+    "(its hash recomputed)"
+)
+PREVIOUS_INSERTED = (
+    "the next event chains to the event before this one: this event was inserted "
+    "(the ones after it renumbered)"
+)
 
 
-def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
+def _broken_link(event: Event, previous: Event | None, before_previous_hash: str) -> ChainBreak:
+    """Where a prev_hash mismatch points: the event, or the one before it."""
+    if previous is not None and event.prev_hash == before_previous_hash:
+        return ChainBreak(seq=previous.seq, event_id=str(previous.pk), reason=PREVIOUS_INSERTED)
+    if previous is not None and event_hash(event) == event.hash:
+        return ChainBreak(seq=previous.seq, event_id=str(previous.pk), reason=PREVIOUS_REWRITTEN)
+    return ChainBreak(seq=event.seq, event_id=str(event.pk), reason=PREV_HASH_MISMATCH)
+
+
+def _purged_by(agent: Agent, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+    """The events among `event_ids` whose tombstone names a purge event of this
+    agent that lists them: a tombstone written around the purge path names a
+    purge that did not take the event."""
+    tombstones = list(
+        Tombstone.objects.filter(agent=agent, event_id__in=event_ids).values_list(
+            "event_id", "purge_event_id"
+        )
+    )
+    purges = {
+        pk: (payload, redacted_at)
+        for pk, payload, redacted_at in Event.objects.filter(
+            agent=agent, pk__in={purge for _, purge in tombstones}
+        ).values_list("pk", "payload", "redacted_at")
+    }
+    confirmed = set()
+    for event_id, purge_id in tombstones:
+        payload, redacted_at = purges.get(purge_id, (None, None))
+        # A purge event erased in its turn lists nothing any more: its own
+        # tombstone (checked the same way) is what is left to trust.
+        listed = isinstance(payload, dict) and str(event_id) in payload.get("event_ids", ())
+        if listed or (payload is not None and redacted_at is not None):
+            confirmed.add(event_id)
+    return confirmed
+
+
+def chain_verify(
+    *, agent: Agent, chunk_size: int = 5000, anchor: tuple[int, str] | None = None
+) -> ChainReport:
     """Walk the agent's chain in seq order and report the first broken link.
 
     Checks, per event: seq continuity, prev_hash = previous hash, the payload
-    against payload_hash (a purged event: an empty payload and a tombstone),
-    and the event's own hash; finally that the chain head agrees with the
-    last event.
+    against payload_hash (a purged event: an empty payload and a tombstone
+    whose purge event lists it), and the event's own hash; finally that the
+    chain head agrees with the last event. A broken link whose event is
+    intact points at the event before it (rewritten, or inserted).
+
+    What it cannot see alone: the chain is keyless, so someone who can write
+    the database and recomputes every hash from the tampered event on, the
+    chain head included (or removes the last events and rewinds the head),
+    leaves a chain that verifies. `anchor` — a (seq, hash) this chain had,
+    kept outside the database by an earlier run (`ledger_verify --anchors`) —
+    catches that for every event up to the anchor (docs/reliability.md).
     """
     expected_prev, expected_seq, checked = GENESIS_HASH, 1, 0
     # Appends go on while the chain is walked: the head is read first, and
@@ -112,22 +171,18 @@ def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
     redacted: dict[uuid.UUID, dict] = {}  # event id -> where, in seq order
 
     def report(brk: ChainBreak | None) -> ChainReport:
-        tombstoned = set(
-            Tombstone.objects.filter(agent=agent, event_id__in=list(redacted)).values_list(
-                "event_id", flat=True
-            )
-            if redacted
-            else ()
-        )
+        tombstoned = _purged_by(agent, list(redacted)) if redacted else set()
         # Each redacted event came before `brk`: the first without its tombstone is the break.
         unpurged = next((w for pk, w in redacted.items() if pk not in tombstoned), None)
         if unpurged is not None:
             brk = ChainBreak(**unpurged, reason=REDACTED_WITHOUT_PURGE)
-        return ChainReport(str(agent.pk), agent.name, checked, brk)
+        return ChainReport(str(agent.pk), agent.name, checked, brk, expected_seq - 1, expected_prev)
 
     events = Event.objects.filter(agent=agent)
     if head is not None:
         events = events.filter(seq__lte=head.last_seq)
+    previous, before_previous_hash = None, ""
+    anchored_hash = None  # the hash the chain has at the anchor's seq
     for event in events.order_by("seq").iterator(chunk_size=chunk_size):
         checked += 1
         where = {"seq": event.seq, "event_id": str(event.pk)}
@@ -139,9 +194,7 @@ def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
                 )
             )
         if event.prev_hash != expected_prev:
-            return report(
-                ChainBreak(**where, reason="prev_hash does not match the previous event's hash")
-            )
+            return report(_broken_link(event, previous, before_previous_hash))
         if event.redacted_at is None and event_payload_hash(event) != event.payload_hash:
             return report(ChainBreak(**where, reason=PAYLOAD_ALTERED[event.hash_version]))
         if event.redacted_at is not None and (
@@ -156,8 +209,24 @@ def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
             return report(
                 ChainBreak(**where, reason="hash does not match the event's fields (event altered)")
             )
+        if anchor is not None and event.seq == anchor[0]:
+            anchored_hash = event.hash
+        before_previous_hash, previous = expected_prev, event
         expected_prev, expected_seq = event.hash, expected_seq + 1
-    if head is not None and (head.last_seq, head.last_hash) != (expected_seq - 1, expected_prev):
+    if head is not None and previous is not None and head.last_seq == previous.seq:
+        if head.last_hash != previous.hash:
+            return report(
+                ChainBreak(
+                    seq=previous.seq,
+                    event_id=str(previous.pk),
+                    reason="the chain head's hash is not the last event's: this event was "
+                    "rewritten (its hash recomputed)",
+                )
+            )
+    elif head is not None and (head.last_seq, head.last_hash) != (
+        expected_seq - 1,
+        expected_prev,
+    ):
         return report(
             ChainBreak(
                 seq=head.last_seq,
@@ -182,4 +251,20 @@ def chain_verify(*, agent: Agent, chunk_size: int = 5000) -> ChainReport:
                     "not appended through the chain",
                 )
             )
+    if anchor is not None and anchor[0] > 0 and anchored_hash != anchor[1]:
+        seq = anchor[0]
+        return report(
+            ChainBreak(
+                seq=seq,
+                event_id="",
+                reason=f"the anchor kept outside the database holds seq {seq} with hash "
+                f"{anchor[1][:12]}…, "
+                + (
+                    f"but the chain ends at seq {expected_seq - 1} (events removed, head rewound)"
+                    if anchored_hash is None
+                    else f"but seq {seq} hashes to {anchored_hash[:12]}… now (the chain was "
+                    f"rewritten at or before seq {seq}, its hashes recomputed)"
+                ),
+            )
+        )
     return report(None)

@@ -1,5 +1,6 @@
 """python manage.py ledger_verify [--agent NAME|ID]."""
 
+import json
 from io import StringIO
 
 import pytest
@@ -102,3 +103,29 @@ def test_agent_filter_by_name_and_by_id(agents):
 def test_unknown_agent(agents):
     with pytest.raises(CommandError, match="^no agent 'gamma'$"):
         verify("--agent", "gamma")
+
+
+def test_anchors_catch_a_chain_rewritten_with_its_head(agents, tmp_path):
+    """Removing the last event and rewinding the head leaves a chain that verifies
+    in the database alone; the anchor kept outside it does not agree."""
+    alpha, _, events = agents
+    anchors = tmp_path / "anchors.json"
+    assert verify("--anchors", str(anchors)) == "ok      alpha: 4 events\nok      beta: 1 events\n"
+    assert json.loads(anchors.read_text())[str(alpha.pk)] == {"seq": 4, "hash": events[3].hash}
+    behind_the_triggers_back("DELETE FROM ledger_event WHERE id = %s", [events[3].pk])
+    behind_the_triggers_back(
+        "UPDATE ledger_chainhead SET last_seq = 3, last_hash = %s WHERE agent_id = %s",
+        [events[2].hash, alpha.pk],
+    )
+    assert verify("--agent", "alpha") == "ok      alpha: 3 events\n"
+    out = StringIO()
+    with pytest.raises(CommandError):
+        call_command("ledger_verify", "--anchors", str(anchors), stdout=out)
+    assert out.getvalue() == (
+        f"BROKEN  alpha: first break at seq 4: the anchor kept outside the database holds "
+        f"seq 4 with hash {events[3].hash[:12]}…, but the chain ends at seq 3 "
+        "(events removed, head rewound)\n"
+        "ok      beta: 1 events\n"
+    )
+    # A broken chain's anchor stays where it was.
+    assert json.loads(anchors.read_text())[str(alpha.pk)]["seq"] == 4

@@ -4,6 +4,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection, transaction
 
 from ledger.models import Event
 from ledger.selectors import (
@@ -248,3 +249,94 @@ class TestGet:
         with pytest.raises(NotFound, match=f"source {theirs.pk} not found"):
             source_get(agent=mine.agent, source_id=theirs.pk)
         assert source_get(agent=theirs.agent, source_id=theirs.pk) == theirs
+
+
+class TestWhereABrokenLinkPoints:
+    """A forger who recomputes a row's hash breaks the link after it: the verifier
+    points at the row itself."""
+
+    def test_a_row_rewritten_with_its_hash_recomputed(self, chain):
+        from ledger.hashing import event_hash, event_payload_hash
+        from ledger.selectors import PREVIOUS_REWRITTEN
+
+        agent, events = chain
+        event = events[2]
+        event.payload = {"n": 999}
+        event.payload_hash = event_payload_hash(event)
+        event.hash = event_hash(event)
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET payload = '{\"n\": 999}'::jsonb, payload_hash = %s, "
+            "hash = %s WHERE id = %s",
+            [event.payload_hash, event.hash, event.pk],
+        )
+        assert chain_verify(agent=agent).first_break == ChainBreak(
+            seq=3, event_id=str(event.pk), reason=PREVIOUS_REWRITTEN
+        )
+
+    def test_a_row_inserted_with_a_valid_hash(self, chain):
+        from ledger.hashing import event_hash, event_payload_hash, new_salt
+        from ledger.selectors import PREVIOUS_INSERTED
+
+        agent, events = chain
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET seq = seq + 100 WHERE agent_id = %s AND seq >= 3", [agent.pk]
+        )
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET seq = seq - 99 WHERE agent_id = %s AND seq >= 100", [agent.pk]
+        )
+        forged = Event(
+            agent=agent,
+            seq=3,
+            event_type="a.b",
+            occurred_at=events[1].occurred_at,
+            recorded_at=events[1].recorded_at,
+            source_type=events[1].source_type,
+            authority=events[1].authority,
+            confidence=1.0,
+            payload={"forged": True},
+            payload_salt=new_salt(),
+            hash_version=2,
+            prev_hash=events[1].hash,
+        )
+        forged.payload_hash = event_payload_hash(forged)
+        forged.hash = event_hash(forged)
+        with transaction.atomic(), connection.cursor() as cursor:
+            # Triggers off, as a forger would have them (one stamps the record time).
+            cursor.execute("SELECT set_config('session_replication_role', 'replica', true)")
+            Event.objects.bulk_create([forged])
+        assert chain_verify(agent=agent).first_break == ChainBreak(
+            seq=3, event_id=str(forged.pk), reason=PREVIOUS_INSERTED
+        )
+
+    def test_the_last_row_rewritten_with_its_hash_recomputed(self, chain):
+        from ledger.hashing import event_hash
+
+        agent, events = chain
+        event = events[4]
+        event.confidence = 0.5
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET confidence = 0.5, hash = %s WHERE id = %s",
+            [event_hash(event), event.pk],
+        )
+        report = chain_verify(agent=agent)
+        assert (report.first_break.seq, report.first_break.event_id) == (5, str(event.pk))
+        assert "this event was rewritten" in report.first_break.reason
+
+    def test_a_tombstone_must_be_named_by_its_purge(self, chain):
+        agent, events = chain
+        real = event_redact(agent=agent, event_id=events[0].pk, reason="erasure")
+        behind_the_triggers_back(
+            "UPDATE ledger_event SET payload = '{}'::jsonb, payload_salt = '', actor = '', "
+            "session_id = '', source_ref = '', redacted_at = now() WHERE id = %s",
+            [events[3].pk],
+        )
+        behind_the_triggers_back(
+            "INSERT INTO ledger_tombstone (id, agent_id, event_id, reason, requested_by, "
+            "purge_event_id, created_at) VALUES (gen_random_uuid(), %s, %s, 'x', '', %s, now())",
+            [agent.pk, events[3].pk, real.purge_event_id],
+        )
+        assert chain_verify(agent=agent).first_break == ChainBreak(
+            seq=4,
+            event_id=str(events[3].pk),
+            reason="marked redacted without a purge (payload altered or no tombstone)",
+        )
