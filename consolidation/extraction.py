@@ -82,11 +82,17 @@ def load_extractors() -> tuple[Extractor, ...]:
 
 # ------------------------------------------------------------------------ sentences
 
-_ABBREVIATIONS = r"(?<!\bDr)(?<!\bMr)(?<!\bMs)(?<!\bMrs)(?<!\bSt)(?<!\bJr)(?<!\bSr)(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)"
+# Checked just after the full stop, so each ends with it.
+_ABBREVIATIONS = (
+    r"(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bJr\.)(?<!\bSr\.)"
+    r"(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\bvs\.)"
+)
 # A sentence starts with a capital, a digit, a quote — or an identifier in lower case
 # ("billing-api's timeout is 30 s."), which ops notes open sentences with.
+# The end-of-sentence lookbehind is tried first: it fails at almost every
+# position, where the ten abbreviation lookbehinds would all be tried for nothing.
 _SENTENCES = re.compile(
-    rf"{_ABBREVIATIONS}(?<=[.!?])\s+(?=[A-Z0-9\"'(]|[a-z0-9]+[-_./][a-z0-9])|[\n;]+|\s+-\s+"
+    rf"(?<=[.!?]){_ABBREVIATIONS}\s+(?=[A-Z0-9\"'(]|[a-z0-9]+[-_./][a-z0-9])|[\n;]+|\s+-\s+"
 )
 
 # A sentence that does not state a fact that holds now.
@@ -127,7 +133,8 @@ _NAME_WORD = (
     r"[A-Z0-9]{2,}\d*)"
 )
 _SUBJECT = (
-    rf"(?P<subject>(?:[Tt]he\s+)?{_NAME_WORD}(?:\s+(?:{_NAME_WORD}|of|de|van|von|da|del)){{0,4}})"
+    rf"(?P<subject>(?:[Tt]he\s+)?(?:(?:Dr|Mr|Mrs|Ms|St)\.\s+)?{_NAME_WORD}"
+    rf"(?:\s+(?:{_NAME_WORD}|of|de|van|von|da|del)){{0,4}})"
 )
 # Attribute words are not the verb that follows them ("e-mail was updated to").
 _ATTR_WORD = r"(?!(?:is|was|has|have|had|been|got|now|became|changed|updated|set|switched)\b)[a-z][a-z0-9\-]*"
@@ -272,6 +279,15 @@ _RULES: tuple[tuple[str, re.Pattern, str | None, float], ...] = (
     ),
 )
 
+# What a rule's sentence must contain, checked before the rule's own pattern:
+# a word the pattern requires, found far faster than the pattern fails (the
+# case-insensitive "due" rule lets its subject take any words, and backtracks).
+_NEEDS: dict[str, re.Pattern] = {
+    "due": re.compile(r"due", re.I),
+    "deadline_for": re.compile(r"deadline|due date", re.I),
+    "possessive": re.compile(r"'"),
+}
+
 # Attribute words that say nothing, or say the value is not the current one.
 _ATTRIBUTE_DROP = {"new", "current", "updated", "latest", "official", "primary", "main", "actual"}
 _ATTRIBUTE_REFUSE = {
@@ -378,6 +394,9 @@ class PatternExtractor:
                 continue
             sentence = _LEAD.sub("", sentence)
             for rule, pattern, fixed, confidence in _RULES:
+                needs = _NEEDS.get(rule)
+                if needs is not None and needs.search(sentence) is None:
+                    continue
                 match = pattern.search(sentence)
                 if match is None:
                     continue

@@ -33,3 +33,23 @@ def test_what_states_no_present_fact_is_not_read():
         "According to the vendor, billing-api's retry budget is 7 attempts.",
     ):
         assert found(text) == [], text
+
+
+def test_a_rule_skipped_for_lack_of_its_word_is_still_read_in_any_case():
+    # The rules' cheap pre-checks (_NEEDS) must not lose what the patterns read.
+    assert found("The vendor audit IS DUE on March 3.") == [("vendor audit", "due_date", "March 3")]
+    assert found("the Deadline for the Kestrel launch is now May 9.") == [
+        ("Kestrel launch", "due_date", "May 9")
+    ]
+    assert found("Priya's badge colour is teal.") == [("Priya", "badge_colour", "teal")]
+
+
+def test_abbreviations_do_not_end_a_sentence():
+    assert sentences("Ask Dr. Okafor first. Mr. Lund signs after. Then e.g. Ms. Ito.") == [
+        "Ask Dr. Okafor first.",
+        "Mr. Lund signs after.",
+        "Then e.g. Ms. Ito.",
+    ]
+    # A title belongs to the name it opens.
+    assert found("Dr. Okafor's desk phone is 4411.") == [("Dr. Okafor", "desk_phone", "4411")]
+    assert found("Mr. Lund reports to Dr. Ito.") == [("Mr. Lund", "reports_to", "Dr. Ito")]
