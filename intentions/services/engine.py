@@ -27,6 +27,7 @@ from django.utils import timezone
 from ledger.models import ChainHead, Event
 from ledger.services import EventDraft, event_append, events_append
 from piper.errors import InvalidInput
+from piper.ids import uuid7
 from piper.provenance import SourceType
 from piper.tenancy.models import Agent
 
@@ -77,6 +78,8 @@ def record_transition(
         reason=reason,
         at=at,
         event=event,
+        # Its event's record time, so a rebuild from the ledger gives it back.
+        **({"recorded_at": event.recorded_at} if event is not None else {}),
     )
 
 
@@ -105,11 +108,13 @@ def fire(
             return None
         if Firing.objects.filter(intention=intention, occurrence=intention.occurrence).exists():
             return None
+        firing_id = uuid7()
         event = event_append(
             agent=intention.agent,
             event_type="intention.fired",
             payload={
                 "intention_id": str(intention.pk),
+                "firing_id": str(firing_id),
                 "occurrence": intention.occurrence,
                 "cause": cause,
                 "cause_event_id": str(cause_event.pk) if cause_event else None,
@@ -123,6 +128,7 @@ def fire(
         try:
             with transaction.atomic():
                 firing = Firing.objects.create(
+                    id=firing_id,
                     agent=intention.agent,
                     intention=intention,
                     occurrence=intention.occurrence,
@@ -130,12 +136,13 @@ def fire(
                     cause=cause,
                     cause_event=cause_event,
                     event=event,
+                    recorded_at=event.recorded_at,
                 )
         except IntegrityError:  # fired by a racer that did not hold our lock: its firing stands
             raise _AlreadyFired from None
         changed = Intention.objects.filter(
             pk=intention.pk, status=intention.status, occurrence=intention.occurrence
-        ).update(status=IntentionStatus.DUE, last_fired_at=at, updated_at=timezone.now())
+        ).update(status=IntentionStatus.DUE, last_fired_at=at, updated_at=event.recorded_at)
         if not changed:
             raise _AlreadyFired
         record_transition(
@@ -284,6 +291,7 @@ def _fire_time_batch(agent_id: uuid.UUID, intention_ids: list[uuid.UUID], at: da
         if not rows:
             return []
         agent = Agent.objects.get(pk=agent_id)
+        firing_ids = [uuid7() for _ in rows]
         events = events_append(
             agent=agent,
             drafts=[
@@ -291,6 +299,7 @@ def _fire_time_batch(agent_id: uuid.UUID, intention_ids: list[uuid.UUID], at: da
                     event_type="intention.fired",
                     payload={
                         "intention_id": str(i.pk),
+                        "firing_id": str(firing_id),
                         "occurrence": i.occurrence,
                         "cause": TriggerType.TIME,
                         "cause_event_id": None,
@@ -300,7 +309,7 @@ def _fire_time_batch(agent_id: uuid.UUID, intention_ids: list[uuid.UUID], at: da
                     session_id=i.inherited_by or i.source_session,
                     source_type=SourceType.OBSERVATION,
                 )
-                for i in rows
+                for i, firing_id in zip(rows, firing_ids, strict=True)
             ],
         )
         try:
@@ -308,21 +317,23 @@ def _fire_time_batch(agent_id: uuid.UUID, intention_ids: list[uuid.UUID], at: da
                 firings = Firing.objects.bulk_create(
                     [
                         Firing(
+                            id=firing_id,
                             agent_id=agent_id,
                             intention=i,
                             occurrence=i.occurrence,
                             fired_at=at,
                             cause=TriggerType.TIME,
                             event=e,
+                            recorded_at=e.recorded_at,
                         )
-                        for i, e in zip(rows, events, strict=True)
+                        for i, e, firing_id in zip(rows, events, firing_ids, strict=True)
                     ]
                 )
         except IntegrityError:  # a racer fired one without our lock: fall back, row by row
             raise _AlreadyFired from None
         changed = Intention.objects.filter(
             pk__in=[i.pk for i in rows], status=IntentionStatus.ACTIVE
-        ).update(status=IntentionStatus.DUE, last_fired_at=at, updated_at=timezone.now())
+        ).update(status=IntentionStatus.DUE, last_fired_at=at, updated_at=events[0].recorded_at)
         if changed != len(rows):
             raise _AlreadyFired
         Transition.objects.bulk_create(
@@ -335,6 +346,7 @@ def _fire_time_batch(agent_id: uuid.UUID, intention_ids: list[uuid.UUID], at: da
                     reason=f"fired by {TriggerType.TIME}",
                     at=at,
                     event=e,
+                    recorded_at=e.recorded_at,
                 )
                 for i, e in zip(rows, events, strict=True)
             ]
@@ -433,7 +445,7 @@ def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> in
                 intention, IntentionStatus.EXPIRED, at=now, reason="expires_at passed", event=event
             )
             Intention.objects.filter(pk=intention.pk).update(
-                status=IntentionStatus.EXPIRED, updated_at=timezone.now()
+                status=IntentionStatus.EXPIRED, updated_at=event.recorded_at
             )
             intention.status = IntentionStatus.EXPIRED
             dependents_cancel(intention, doomed, at=now)
@@ -644,13 +656,15 @@ def release_dependents(*, intention: Intention, at: datetime) -> list[Fired]:
                 fired.append(result)
             continue
         event = _event(
-            dependent, "intention.rearmed", {"from": "blocked", "reason": "dependencies met"}
+            dependent,
+            "intention.rearmed",
+            {"from": "blocked", "reason": "dependencies met", "at": at.isoformat()},
         )
         record_transition(
             dependent, IntentionStatus.ACTIVE, at=at, reason="dependencies met", event=event
         )
         Intention.objects.filter(pk=dependent.pk, status=IntentionStatus.BLOCKED).update(
-            status=IntentionStatus.ACTIVE, updated_at=timezone.now()
+            status=IntentionStatus.ACTIVE, updated_at=event.recorded_at
         )
     return fired
 

@@ -41,6 +41,7 @@ from django.utils import timezone
 
 from ledger.services import event_append
 from piper.errors import InvalidInput
+from piper.ids import uuid7
 from piper.provenance import SourceType
 from piper.tenancy.models import Agent
 
@@ -191,11 +192,14 @@ def _escalate(intention: Intention, *, reason: str, at: datetime) -> Escalated:
         "note": policy.get("note", ""),
         "notify": notify,
     }
+    escalation_id = uuid7()
     event = event_append(
         agent=intention.agent,
         event_type="intention.escalated",
         payload={
             "intention_id": str(intention.pk),
+            "escalation_id": str(escalation_id),
+            "policy": policy,
             **details,
             "escalated_at": at.isoformat(),
             "last_fired_at": intention.last_fired_at.isoformat()
@@ -208,6 +212,7 @@ def _escalate(intention: Intention, *, reason: str, at: datetime) -> Escalated:
     try:
         with transaction.atomic():
             escalation = Escalation.objects.create(
+                id=escalation_id,
                 agent_id=intention.agent_id,
                 intention=intention,
                 occurrence=intention.occurrence,
@@ -216,12 +221,13 @@ def _escalate(intention: Intention, *, reason: str, at: datetime) -> Escalated:
                 escalated_at=at,
                 policy=policy,
                 event=event,
+                recorded_at=event.recorded_at,
             )
     except IntegrityError:
         raise _AlreadyEscalated from None
     shown = {**details, "id": str(escalation.pk), "event_id": str(event.pk)}
     changed = Intention.objects.filter(pk=intention.pk, escalated_at__isnull=True).update(
-        escalated_at=at, escalation=shown, updated_at=timezone.now()
+        escalated_at=at, escalation=shown, updated_at=event.recorded_at
     )
     if not changed:
         raise _AlreadyEscalated

@@ -24,7 +24,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ledger.services import event_append, json_storage_error
@@ -65,6 +64,10 @@ class IntentionInput:
     source_session: str = ""
     privacy_class: str = PrivacyClass.INTERNAL
     retention_class: str = RetentionClass.STANDARD
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
 
 
 def _ledger(intention: Intention, event_type: str, payload: dict):
@@ -167,6 +170,7 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
     with transaction.atomic():
         _lock_dependencies(agent, dependency_ids)
         dependencies = _own_intentions(agent, dependency_ids)
+        now = now_for(agent.pk)
         _refuse_ended(dependencies)
         intention = Intention(
             agent=agent,
@@ -187,7 +191,7 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
             status=IntentionStatus.BLOCKED
             if engine.unmet(dependencies)
             else IntentionStatus.ACTIVE,
-            last_rehearsed_at=now_for(agent.pk),
+            last_rehearsed_at=now,
         )
         intention.source_event = event_append(
             agent=agent,
@@ -202,6 +206,15 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
                 "rrule": data.rrule,
                 "dependencies": [str(d.pk) for d in dependencies],
                 "thread_id": str(data.thread.pk) if data.thread else None,
+                # The rest of the row, so a rebuild from the ledger gives it back.
+                "status": intention.status,
+                "priority": intention.priority,
+                "expires_at": _iso(data.expires_at),
+                "required_context": data.required_context,
+                "completion_criteria": data.completion_criteria,
+                "retry_policy": data.retry_policy,
+                "escalation_policy": data.escalation_policy,
+                "at": intention.last_rehearsed_at.isoformat(),
             },
             session_id=data.source_session,
             source_type=SourceType.AGENT_INFERENCE,
@@ -210,6 +223,7 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
         )
         # Event triggers match only what happens after the intention exists.
         intention.armed_after_seq = intention.source_event.seq
+        intention.created_at = intention.updated_at = intention.source_event.recorded_at
         intention.save(force_insert=True)
         IntentionDependency.objects.bulk_create(
             [IntentionDependency(intention=intention, depends_on=d) for d in dependencies]
@@ -217,7 +231,7 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
         engine.record_transition(
             intention,
             intention.status,
-            at=now_for(agent.pk),
+            at=now,
             reason="created",
             event=intention.source_event,
             from_status="",
@@ -400,11 +414,17 @@ def _move(intention: Intention, to_status: str, at: datetime, reason: str, **fie
             "to": to_status,
             "reason": reason,
             "occurrence": intention.occurrence,
+            "at": at.isoformat(),
+            # The columns the move sets besides the status (a rebuild sets them too).
+            "set": {
+                name: value.isoformat() if isinstance(value, datetime) else value
+                for name, value in fields.items()
+            },
         },
     )
     engine.record_transition(intention, to_status, at=at, reason=reason, event=event)
     changed = Intention.objects.filter(pk=intention.pk, status=intention.status).update(
-        status=to_status, updated_at=timezone.now(), **fields
+        status=to_status, updated_at=event.recorded_at, **fields
     )
     if not changed:  # cannot happen under the row lock; guard anyway
         raise Conflict("intention changed concurrently; retry", code="concurrent_change")
@@ -569,12 +589,19 @@ def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Int
                 attempts=attempts,
             )
         else:
-            _ledger(
+            event = _ledger(
                 intention,
                 "intention.failed",
-                {"reason": reason, "escalate": intention.escalation_policy},
+                {
+                    "reason": reason,
+                    "escalate": intention.escalation_policy,
+                    "attempts": attempts,
+                    "at": now.isoformat(),
+                },
             )
-            Intention.objects.filter(pk=intention.pk).update(attempts=attempts)
+            Intention.objects.filter(pk=intention.pk).update(
+                attempts=attempts, updated_at=event.recorded_at
+            )
             intention.attempts = attempts
         escalate_locked(intention, at=now)
     intention.refresh_from_db()
@@ -600,13 +627,13 @@ def intention_set_escalation_policy(
                 code="not_open",
                 details={"status": intention.status},
             )
-        _ledger(
+        event = _ledger(
             intention,
             "intention.escalation_policy_set",
             {"escalation_policy": policy, "previous": intention.escalation_policy},
         )
         Intention.objects.filter(pk=intention.pk).update(
-            escalation_policy=policy, updated_at=timezone.now()
+            escalation_policy=policy, updated_at=event.recorded_at
         )
         intention.escalation_policy = policy
         escalate_locked(intention, at=now_for(agent.pk))

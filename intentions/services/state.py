@@ -459,6 +459,22 @@ def pending_clear(*, agent: Agent, thread: Thread, item_ids: list[int]) -> int:
         )
         if not cleared:
             return 0
-        PendingItem.objects.filter(pk__in=cleared).update(cleared_at=now_for(agent.pk))
-        _ledger(agent, PENDING_CLEARED, {"thread_id": str(thread.pk), "items": cleared})
+        now = now_for(agent.pk)
+        items = PendingItem.objects.filter(pk__in=cleared).order_by("pk")
+        # What each item is, besides its id, so a rebuild that renumbers them finds it.
+        which = [
+            {"intention_id": str(i), "kind": k, "occurrence": o}
+            for i, k, o in items.values_list("intention_id", "kind", "occurrence")
+        ]
+        items.update(cleared_at=now)
+        _ledger(
+            agent,
+            PENDING_CLEARED,
+            {
+                "thread_id": str(thread.pk),
+                "items": cleared,
+                "cleared": which,
+                "at": now.isoformat(),
+            },
+        )
         return len(cleared)

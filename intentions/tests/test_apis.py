@@ -1097,6 +1097,14 @@ class TestCreate:
                 "rrule": "",
                 "dependencies": [dependency["id"]],
                 "thread_id": thread_id,
+                "status": "blocked",
+                "priority": 7,
+                "expires_at": "2030-02-01T00:00:00+00:00",
+                "required_context": body["required_context"],
+                "completion_criteria": body["completion_criteria"],
+                "retry_policy": {"max_retries": 2, "backoff_seconds": 30},
+                "escalation_policy": {"after_failures": 2, "to_session": "oncall"},
+                "at": "2030-01-07T09:00:00+00:00",
             },
         )
         assert ok(sim.get(f"/api/v1/intentions/{intention.pk}")) == response.json()
@@ -1822,6 +1830,8 @@ class TestLifecycle:
                 "intention_id": intention["id"],
                 "reason": "still nothing",
                 "escalate": {"after_failures": 5, "to_session": "oncall"},
+                "attempts": 2,
+                "at": event.payload["at"],  # the wall clock: this agent has no simulated one
             },
         )
 

@@ -132,6 +132,7 @@ class TestTimeTriggers:
         assert (firing.cause_event, firing.event.event_type) == (None, "intention.fired")
         assert firing.event.payload == {
             "intention_id": str(intention.pk),
+            "firing_id": str(firing.pk),
             "occurrence": 1,
             "cause": "time",
             "cause_event_id": None,
@@ -317,6 +318,8 @@ class TestExpiry:
             "to": "cancelled",
             "reason": f"dependency {first.pk} expired",
             "occurrence": 1,
+            "at": "2030-01-07T10:00:00+00:00",
+            "set": {},
         }
         at(agent, T0 + minutes(120))
         engine.tick(agent=agent)

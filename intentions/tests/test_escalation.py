@@ -121,6 +121,8 @@ class TestAfterFailures:
         assert escalation.event_id == event.pk
         assert event.payload == {
             "intention_id": str(intention.pk),
+            "escalation_id": str(escalation.pk),
+            "policy": {"after_failures": 2, "to_session": "oncall", "note": "page Ana"},
             "reason": "failures",
             "occurrence": 1,
             "attempts": 2,

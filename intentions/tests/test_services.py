@@ -829,7 +829,17 @@ class TestCreate:
             "rrule": "",
             "dependencies": [],
             "thread_id": str(thread.pk),
+            # The rest of the row, for a rebuild from the ledger.
+            "status": "active",
+            "priority": 3,
+            "expires_at": None,
+            "required_context": ["garden"],
+            "completion_criteria": "soil is wet",
+            "retry_policy": {},
+            "escalation_policy": {},
+            "at": "2030-01-07T09:00:00+00:00",
         }
+        assert (intention.created_at, intention.updated_at) == (event.recorded_at,) * 2
         assert (
             intention.description,
             intention.status,
@@ -1305,7 +1315,14 @@ class TestDependentsOfAnIntentionThatEndsUndone:
         assert _ledger_after(agent, since) == [
             (
                 f"intention.{how}",
-                {"from": "active", "to": how, "reason": reason, "occurrence": 1},
+                {
+                    "from": "active",
+                    "to": how,
+                    "reason": reason,
+                    "occurrence": 1,
+                    "at": "2030-01-07T09:00:00+00:00",
+                    "set": {},
+                },
                 str(first.pk),
             ),
             (
@@ -1315,6 +1332,8 @@ class TestDependentsOfAnIntentionThatEndsUndone:
                     "to": "cancelled",
                     "reason": f"dependency {first.pk} {how}",
                     "occurrence": 1,
+                    "at": "2030-01-07T09:00:00+00:00",
+                    "set": {},
                 },
                 str(dependent.pk),
             ),
@@ -1748,6 +1767,8 @@ class TestComplete:
                 "to": "completed",
                 "reason": "completed",
                 "occurrence": 1,
+                "at": "2030-01-07T09:00:00+00:00",
+                "set": {"completion_evidence": {"pr": 42}},
             },
         )
 
@@ -1866,6 +1887,8 @@ class TestFail:
                 "intention_id": str(intention.pk),
                 "reason": "broken",
                 "escalate": {"after_failures": 5, "notify": ["webhook"]},
+                "attempts": 1,
+                "at": "2030-01-07T09:00:00+00:00",
             },
         )
 
