@@ -8,8 +8,10 @@ class IntentionsConfig(AppConfig):
     def ready(self) -> None:
         from ledger import hooks, projections
 
+        from .services import intentions_rebuild
         from .services.rebuild import rebuild_projection
         from .signals import events_committed
 
         projections.register("working_state", rebuild_projection)
+        projections.register("intentions", intentions_rebuild.rebuild_projection)
         hooks.on_events_committed(events_committed)

@@ -27,7 +27,7 @@ from ledger.services import event_append
 from piper.provenance import SourceType
 
 from ..models import Handover, Intention, OutboxMessage, Thread, Transition, WorkingState
-from . import rebuild
+from . import intentions_rebuild, rebuild
 from .state import STATE_SCRUBBED
 
 INTENTIONS = "intentions"
@@ -85,6 +85,8 @@ def erase(scope: ErasureScope) -> None:
     rebuild.threads_refold(agent=agent, thread_ids=threads & _thread_ids(agent), excluding=erased)
 
     _scrub_quotes(scope)
+    # As a rebuild after the purge will (the scrubbed creations included).
+    intentions_rebuild.intentions_refold(agent=agent, excluding=scope.erased_events())
 
 
 def _thread_ids(agent) -> set:
@@ -176,6 +178,19 @@ def _scrub_quotes(scope: ErasureScope) -> None:
         clean = {name: _scrubbed(value, probes) for name, value in fields.items()}
         if clean == fields:
             continue
+        # The creation this erases, through earlier copies: a rebuild puts the
+        # scrubbed creation where the original stands in the ledger.
+        replaced = Event.objects.filter(pk=intention.source_event_id).values(
+            "event_type", "payload"
+        )[0]
+        if replaced["event_type"] == INTENTION_SCRUBBED:
+            created_event_id = replaced["payload"].get("created_event_id")
+            created = replaced["payload"].get("created")
+        else:
+            created_event_id, created = str(intention.source_event_id), replaced["payload"]
+        if created is not None:
+            # The purge blanks the erased creation's session: the copy keeps it.
+            created = {**created, "source_session": intention.source_session}
         event = event_append(
             agent=agent,
             event_type=INTENTION_SCRUBBED,
@@ -183,6 +198,8 @@ def _scrub_quotes(scope: ErasureScope) -> None:
                 "intention_id": str(intention.pk),
                 **clean,
                 "replaces_event_id": str(intention.source_event_id),
+                "created_event_id": created_event_id,
+                "created": _scrubbed(created, probes) if created is not None else None,
             },
             source_type=SourceType.OPERATOR,
         )
