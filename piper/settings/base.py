@@ -86,6 +86,23 @@ DATABASES = {"default": embedded.database_config()}
 # The hottest lookups (API key, a fact by subject and predicate) run as prepared
 # statements (piper/db.py); false behind a pooler that cannot keep them.
 PIPER_DB_PREPARED_STATEMENTS = env_bool("PIPER_DB_PREPARED_STATEMENTS", True)
+# A bound on every statement (ms; 0: none), given to PostgreSQL at connect.
+# The web process sets 30 s (piper/wsgi.py): a request stuck behind a lock or a
+# runaway query answers 503 database_busy with Retry-After instead of holding a
+# thread until gunicorn gives up. Workers and commands (migrations, consolidation
+# runs) keep no bound unless the environment gives one.
+PIPER_DB_STATEMENT_TIMEOUT_MS = env_int("PIPER_DB_STATEMENT_TIMEOUT_MS", 0)
+if PIPER_DB_STATEMENT_TIMEOUT_MS:
+    _db_options = DATABASES["default"].setdefault("OPTIONS", {})
+    _db_options["options"] = (
+        f"{_db_options.get('options', '')} -c statement_timeout={PIPER_DB_STATEMENT_TIMEOUT_MS}"
+    ).strip()
+# /healthz: its database probe gives up after HEALTH_DB_TIMEOUT_MS; a probe slower
+# than HEALTH_DB_SLOW_MS, or a session waiting on a lock for HEALTH_LOCK_WAIT_MS,
+# makes the service 'degraded'.
+PIPER_HEALTH_DB_TIMEOUT_MS = env_int("PIPER_HEALTH_DB_TIMEOUT_MS", 2000)
+PIPER_HEALTH_DB_SLOW_MS = env_int("PIPER_HEALTH_DB_SLOW_MS", 500)
+PIPER_HEALTH_LOCK_WAIT_MS = env_int("PIPER_HEALTH_LOCK_WAIT_MS", 5000)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL, CELERY_REDIS_URL = embedded.redis_urls()
