@@ -78,7 +78,16 @@ class CandidateEvidenceInline(admin.TabularInline):
     model = CandidateEvidence
     extra = 0
     can_delete = False
-    fields = ["episode_link", "episode_text", "field", "rule", "confidence", "source_key", "event"]
+    fields = [
+        "episode_link",
+        "episode_text",
+        "field",
+        "rule",
+        "confidence",
+        "source_key",
+        "event",
+        "withdrawn_at",
+    ]
     readonly_fields = fields
     ordering = ["occurred_at", "id"]
 

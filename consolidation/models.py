@@ -14,6 +14,8 @@ user's or an operator's word stays above it) once it is trusted enough, or by
 an accept; a rejected candidate is final. One ledger event never supports the
 same claim twice (a database constraint), so a rejected claim is not proposed
 again from the same evidence; nor from the same sources (the services).
+Evidence whose episode version is later retracted or corrected is withdrawn
+(kept, marked): a candidate left with none is withdrawn, its fact retracted.
 
 Every write appends a `consolidation.*` ledger event in the same transaction.
 Foreign keys to episodes and facts are not database constraints: those
@@ -125,6 +127,7 @@ class CandidateStatus(models.TextChoices):
     PROPOSED = "proposed", "Proposed (waiting for evidence or a decision)"
     ASSERTED = "asserted", "Asserted as an agent_inference fact"
     REJECTED = "rejected", "Rejected (final)"
+    WITHDRAWN = "withdrawn", "Withdrawn (every episode behind it was retracted or corrected)"
 
 
 class CandidateFact(models.Model):
@@ -250,6 +253,20 @@ class CandidateEvidence(models.Model):
     rule = models.CharField(max_length=100, blank=True, default="")
     confidence = models.FloatField()
     occurred_at = models.DateTimeField()
+    withdrawn_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When its episode version was retracted or corrected: it supports "
+        "nothing any more (kept, so the claim is never proposed again from it).",
+    )
+    withdrawn_by = models.ForeignKey(
+        Event,
+        on_delete=models.PROTECT,
+        related_name="+",
+        null=True,
+        blank=True,
+        help_text="The episode.retracted or episode.corrected event that withdrew it.",
+    )
 
     class Meta:
         ordering = ["candidate", "occurred_at", "id"]

@@ -25,6 +25,13 @@ from .models import (
 
 EPISODE_RECORDED = "episode.recorded"
 TRACE_RECORDED = "skill.trace_recorded"
+# The ledger events each kind of run reads: a facts run also reads corrections and
+# retractions of episodes (services.WITHDRAWALS).
+READS = {
+    RunKind.FACTS: [EPISODE_RECORDED, "episode.corrected", "episode.retracted"],
+    RunKind.DUPLICATES: [EPISODE_RECORDED],
+    RunKind.SKILLS: [TRACE_RECORDED],
+}
 
 
 def run_list(
@@ -120,7 +127,7 @@ def agents_due(*, kind: str, stale_seconds: int) -> list[uuid.UUID]:
                       WHERE r.agent_id = a.id AND r.kind = %(kind)s AND r.status = %(running)s)
                    AND EXISTS (
                      SELECT 1 FROM {Event._meta.db_table} AS e
-                      WHERE e.agent_id = a.id AND e.event_type = %(episode)s
+                      WHERE e.agent_id = a.id AND e.event_type = ANY(%(reads)s)
                         AND e.seq > coalesce((
                           SELECT max(r.cursor_seq) FROM {ConsolidationRun._meta.db_table} AS r
                            WHERE r.agent_id = a.id AND r.kind = %(kind)s), 0))))
@@ -130,7 +137,7 @@ def agents_due(*, kind: str, stale_seconds: int) -> list[uuid.UUID]:
                 "kind": kind,
                 "running": RunStatus.RUNNING,
                 "stale": stale,
-                "episode": TRACE_RECORDED if kind == RunKind.SKILLS else EPISODE_RECORDED,
+                "reads": READS[kind],
             },
         )
         return [row[0] for row in cursor.fetchall()]

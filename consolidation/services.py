@@ -53,6 +53,7 @@ from .models import (
     RunKind,
     RunStatus,
 )
+from .selectors import READS
 
 logger = logging.getLogger(__name__)
 
@@ -63,14 +64,17 @@ CANDIDATE_PROPOSED = "consolidation.candidate_proposed"
 CANDIDATE_SUPPORTED = "consolidation.candidate_supported"
 CANDIDATE_ASSERTED = "consolidation.candidate_asserted"
 CANDIDATE_REJECTED = "consolidation.candidate_rejected"
+CANDIDATE_WEAKENED = "consolidation.candidate_weakened"
+CANDIDATE_WITHDRAWN = "consolidation.candidate_withdrawn"
 EPISODE_RECORDED = "episode.recorded"  # episodes.services.EPISODE_RECORDED
+EPISODE_CORRECTED = "episode.corrected"  # episodes.services.EPISODE_CORRECTED
+EPISODE_RETRACTED = "episode.retracted"  # episodes.services.EPISODE_RETRACTED
 TRACE_RECORDED = "skill.trace_recorded"  # skills.services.traces.TRACE_RECORDED
-# The ledger events each kind of run reads.
-READS = {
-    RunKind.FACTS: EPISODE_RECORDED,
-    RunKind.DUPLICATES: EPISODE_RECORDED,
-    RunKind.SKILLS: TRACE_RECORDED,
-}
+# Events that withdraw an episode version (the one their correction_of names). A
+# facts run reads them with episode.recorded (selectors.READS): a corrected version
+# is read as a new episode, and what the version it replaced (or a retracted one)
+# supported is withdrawn.
+WITHDRAWALS = (EPISODE_CORRECTED, EPISODE_RETRACTED)
 ACTOR = "consolidation"
 MAX_REASON_CHARS = 2000
 TEXT_FIELDS = ("summary", "action", "observation")
@@ -147,9 +151,9 @@ def consolidation_run_start(
             ]
             or 0
         )
-        last = Event.objects.filter(agent=agent, event_type=READS[kind], seq__gt=done).aggregate(
-            s=Max("seq")
-        )["s"]
+        last = Event.objects.filter(
+            agent=agent, event_type__in=READS[kind], seq__gt=done
+        ).aggregate(s=Max("seq"))["s"]
         if last is None:
             return None
         run_id = uuid7()
@@ -246,13 +250,13 @@ def consolidation_run_step(
                 agent_id=run.agent_id,
                 seq__gt=run.cursor_seq,
                 seq__lte=run.to_seq,
-                event_type=READS[run.kind],
+                event_type__in=READS[run.kind],
             )
             .order_by("seq")
-            .values_list("seq", "id")[:batch]
+            .values_list("seq", "id", "event_type", "correction_of_id")[:batch]
         )
         cursor = read[-1][0] if len(read) == batch else run.to_seq
-        event_ids = [i for _, i in read]
+        event_ids = [i for _, i, _, _ in read]
         if run.kind == RunKind.SKILLS:
             from skills.models import SkillTrace
 
@@ -281,9 +285,20 @@ def consolidation_run_step(
                 result = _collapse_duplicates(run, rows)
             else:
                 result = _consolidate_episodes(run, rows, extractors)
+                # After the batch's own readings: a correction's new version supports
+                # its claims before the old version's support is withdrawn.
+                _withdraw_evidence(
+                    run,
+                    {
+                        old: event_id
+                        for _, event_id, kind, old in read
+                        if kind in WITHDRAWALS and old is not None
+                    },
+                    result.counts,
+                )
         counts = result.counts
         details = dict(run.details)
-        for section in ("excluded", "not_asserted", "collapsed"):
+        for section in ("excluded", "not_asserted", "collapsed", "withdrawn"):
             if section not in counts:
                 continue
             merged = dict(details.get(section) or {})
@@ -428,7 +443,7 @@ def _consolidate_episodes(
     }
     prior: dict[uuid.UUID, list[tuple[str, float, datetime, uuid.UUID]]] = defaultdict(list)
     for candidate_id, source, confidence, occurred_at, event_id in CandidateEvidence.objects.filter(
-        candidate__in=[c.pk for c in open_candidates.values()]
+        candidate__in=[c.pk for c in open_candidates.values()], withdrawn_at__isnull=True
     ).values_list("candidate_id", "source_key", "confidence", "occurred_at", "event_id"):
         prior[candidate_id].append((source, confidence, occurred_at, event_id))
 
@@ -546,6 +561,133 @@ def _consolidate_episodes(
     counts["not_asserted"] = dict(not_asserted)
     result.asserted = len(asserted)
     return result
+
+
+def _withdraw_evidence(
+    run: ConsolidationRun, withdrawn: dict[uuid.UUID, uuid.UUID], counts: dict
+) -> None:
+    """The episode versions recorded by the keys of `withdrawn` were retracted or
+    corrected (by the events they map to): they support nothing any more.
+
+    Their evidence rows are marked withdrawn (kept: an event supports a claim once,
+    ever). Each live candidate they supported is weighed again on what is left
+    (consolidation.candidate_weakened): with nothing left it is withdrawn
+    (consolidation.candidate_withdrawn, final), and one consolidation asserted that
+    is no longer trusted enough goes back to proposed; either way the fact it
+    asserted is retracted while that version is still believed. A candidate a
+    person accepted keeps its status on what is left. Idempotent: withdrawn
+    evidence is not withdrawn again."""
+    if not withdrawn:
+        return
+    agent = run.agent
+    evidence = list(
+        CandidateEvidence.objects.filter(
+            agent=agent, event_id__in=list(withdrawn), withdrawn_at__isnull=True
+        ).values_list("id", "candidate_id", "claim_key", "event_id")
+    )
+    if not evidence:
+        return
+    _lock(*(_claim_lock(agent.pk, key) for key in sorted({e[2] for e in evidence})))
+    now = timezone.now()
+    by_event = defaultdict(list)
+    for pk, _, _, event_id in evidence:
+        by_event[withdrawn[event_id]].append(pk)
+    for by, ids in by_event.items():
+        CandidateEvidence.objects.filter(pk__in=ids).update(withdrawn_at=now, withdrawn_by_id=by)
+    gone: dict[uuid.UUID, list[str]] = defaultdict(list)
+    for _, candidate_id, _, event_id in evidence:
+        gone[candidate_id].append(str(event_id))
+    candidates = CandidateFact.objects.select_for_update().filter(
+        pk__in=list(gone), status__in=[CandidateStatus.PROPOSED, CandidateStatus.ASSERTED]
+    )
+    outcome: dict[str, int] = defaultdict(int)
+    for candidate in candidates.order_by("pk"):
+        left = list(
+            CandidateEvidence.objects.filter(
+                candidate=candidate, withdrawn_at__isnull=True
+            ).values_list("source_key", "confidence", "occurred_at", "event_id")
+        )
+        previous = candidate.status
+        if left:
+            per_source: dict[str, float] = {}
+            for source, confidence, _, _ in left:
+                per_source[source] = max(per_source.get(source, 0.0), confidence)
+            candidate.confidence = combined_confidence(per_source.values())
+            candidate.sources = len(per_source)
+            candidate.valid_from = min(at for _, _, at, _ in left)
+            candidate.evidence_key = evidence_key(e for _, _, _, e in left)
+            status = previous
+            if (
+                previous == CandidateStatus.ASSERTED
+                and candidate.decided_by == ACTOR
+                and not _trusted_enough(candidate)
+            ):
+                status = CandidateStatus.PROPOSED
+        else:
+            status = CandidateStatus.WITHDRAWN
+        retracted = (
+            _retract_fact(agent, candidate, f"its evidence was withdrawn ({status})")
+            if previous == CandidateStatus.ASSERTED and status != CandidateStatus.ASSERTED
+            else None
+        )
+        event = event_append(
+            agent=agent,
+            event_type=CANDIDATE_WITHDRAWN
+            if status == CandidateStatus.WITHDRAWN
+            else CANDIDATE_WEAKENED,
+            payload={
+                "candidate_id": str(candidate.pk),
+                "run_id": str(run.pk),
+                "withdrawn_event_ids": sorted(gone[candidate.pk]),
+                "withdrawn_by": sorted({str(withdrawn[uuid.UUID(e)]) for e in gone[candidate.pk]}),
+                "previous_status": previous,
+                "status": status,
+                "confidence": candidate.confidence if left else None,
+                "sources": candidate.sources if left else 0,
+                "retracted_fact_id": retracted,
+            },
+            actor=ACTOR,
+            source_type=SourceType.AGENT_INFERENCE,
+        )
+        fields = ["status"]
+        if left:
+            fields += ["confidence", "sources", "valid_from", "evidence_key"]
+        if status == CandidateStatus.PROPOSED and previous == CandidateStatus.ASSERTED:
+            # Back to waiting for evidence: no fact, no decision.
+            candidate.fact_id, candidate.fact_outcome = None, ""
+            candidate.decided_by, candidate.decided_at, candidate.decision_event = "", None, None
+            fields += ["fact_id", "fact_outcome", "decided_by", "decided_at", "decision_event"]
+        if status == CandidateStatus.WITHDRAWN:
+            candidate.decided_by, candidate.decided_at = ACTOR, now
+            candidate.decision_event, candidate.reason = event, "every supporting episode withdrawn"
+            fields += ["decided_by", "decided_at", "decision_event", "reason"]
+        candidate.status = status
+        candidate.save(update_fields=fields)
+        outcome[status if status != previous else "weakened"] += 1
+    counts["withdrawn"] = dict(outcome)
+
+
+def _retract_fact(agent: Agent, candidate: CandidateFact, why: str) -> str | None:
+    """Retract the fact version the candidate asserted while it is still believed
+    (a later version someone else made is left alone); its id, or None."""
+    from facts.models import Fact, FactStatus
+    from facts.services import Provenance, fact_retract
+
+    believed = Fact.objects.filter(
+        agent=agent,
+        pk=candidate.fact_id,
+        superseded_at__isnull=True,
+        status__in=[FactStatus.ACTIVE, FactStatus.CONTESTED],
+    ).exists()
+    if not believed:
+        return None
+    fact_retract(
+        agent=agent,
+        fact_id=candidate.fact_id,
+        reason=f"consolidation candidate {candidate.pk}: {why}",
+        provenance=Provenance(source_type=SourceType.AGENT_INFERENCE, actor=ACTOR),
+    )
+    return str(candidate.fact_id)
 
 
 def _trusted_enough(candidate: CandidateFact) -> bool:
