@@ -12,7 +12,9 @@ An intention's `escalation_policy` (POLICY_FIELDS; `{}` for never):
 At least one of after_failures and overdue_seconds is required. The failure
 condition is checked the moment a failure is reported (intention_fail) and by
 every engine cycle; the overdue condition by every engine cycle (escalate_due),
-against the engine's clock and the time the intention last fired.
+against the engine's clock and the time the intention last became due (it
+fired, or a failed attempt sent it back from executing): time spent executing
+is never overdue time.
 
 Escalating writes, in one transaction under the intention's row lock: an
 Escalation row (unique per intention and occurrence), an `intention.escalated`
@@ -52,6 +54,7 @@ from ..models import (
     IntentionStatus,
     OutboxMessage,
     PendingItem,
+    Transition,
     Webhook,
 )
 
@@ -143,10 +146,28 @@ def escalation_reason(intention: Intention, now: datetime) -> str | None:
         overdue is not None
         and intention.status == IntentionStatus.DUE
         and intention.last_fired_at is not None
-        and now - intention.last_fired_at >= timedelta(seconds=overdue)
+        and now - due_since(intention) >= timedelta(seconds=overdue)
     ):
         return Escalation.Reason.OVERDUE
     return None
+
+
+def due_since(intention: Intention) -> datetime:
+    """When the due intention last became due, on the engine's clock: it fired, or
+    a failure sent this occurrence's attempt back from executing (the attempt was
+    no neglect), whichever came last."""
+    back = (
+        Transition.objects.filter(
+            intention=intention,
+            occurrence=intention.occurrence,
+            from_status=IntentionStatus.EXECUTING,
+            to_status=IntentionStatus.DUE,
+        )
+        .order_by("-id")
+        .values_list("at", flat=True)
+        .first()
+    )
+    return max(intention.last_fired_at, back) if back else intention.last_fired_at
 
 
 # ----------------------------------------------------------------------------- escalate
@@ -290,7 +311,8 @@ def _policy_number(key: str) -> str:
 
 def _candidates(scope: Q, now: datetime):
     """Open, not yet escalated intentions whose policy's condition may hold at `now`
-    (escalation_reason decides, under the row lock)."""
+    (escalation_reason decides, under the row lock: an intention becomes due no
+    earlier than it last fired, so counting from the firing finds them all)."""
     after = RawSQL(_policy_number("after_failures"), (), output_field=FloatField())
     overdue_at = RawSQL(
         "intentions_intention.last_fired_at + "

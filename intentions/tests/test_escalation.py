@@ -275,6 +275,26 @@ class TestOverdue:
 
         assert engine.tick(agent=agent)["escalated"] == []
 
+    def test_the_time_it_was_executing_is_not_overdue_time(self, agent):
+        """Overdue counts from when it last became due, not from its firing: an
+        attempt that ran long and failed is due again from the failure on."""
+        intention = in_status(
+            agent, IntentionStatus.DUE, escalation_policy={"overdue_seconds": 600}
+        )
+        at(agent, T0 + minutes(1))
+        intention_start(agent=agent, intention_id=intention.pk)
+        at(agent, T0 + minutes(30))
+        assert engine.tick(agent=agent)["escalated"] == []  # executing: never overdue
+
+        failed = intention_fail(agent=agent, intention_id=intention.pk, reason="tool crashed")
+        assert (failed.status, failed.escalated_at) == ("due", None)
+        at(agent, T0 + minutes(40) - timedelta(microseconds=1))
+        assert engine.tick(agent=agent)["escalated"] == []
+
+        at(agent, T0 + minutes(40))
+        [escalated] = engine.tick(agent=agent)["escalated"]
+        assert (escalated.reason, fresh(intention).escalated_at) == ("overdue", T0 + minutes(40))
+
     def test_without_a_policy_nothing_escalates(self, agent):
         in_status(agent, IntentionStatus.DUE)
         at(agent, T0 + timedelta(days=30))
