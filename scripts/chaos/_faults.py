@@ -544,11 +544,14 @@ def add_load_arguments(parser, port: int) -> None:
     parser.add_argument("--port", type=int, default=port)
 
 
-def drive(name: str, title: str, args, services, inject, describe: str, epilogue=None) -> int:
+def drive(
+    name: str, title: str, args, services, inject, describe: str, epilogue=None, checks=None
+) -> int:
     """The whole run: the stack on `services` (postgres, redis, note), the load,
     `inject(faults, stack)` in a thread beside it (it appends one dict per
     fault: name, began, back — time.time() — and whatever it measured), then
-    every check; `epilogue()` returns lines of the script's own to print last.
+    every check; `epilogue()` returns lines of the script's own to print last,
+    `checks()` the script's own violations.
     Returns the exit code."""
     postgres, redis, note = services
     _stack.setup_django()
@@ -687,6 +690,7 @@ def drive(name: str, title: str, args, services, inject, describe: str, epilogue
             print(f"   the worker's log: {errors}")
         for line in epilogue() if epilogue else []:
             print(line)
+        violations += checks() if checks else []
     return _stack.finish(violations, server)
 
 

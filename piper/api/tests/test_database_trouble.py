@@ -274,7 +274,7 @@ def test_the_web_process_bounds_every_statement_and_workers_do_not():
         "from django.conf import settings; "
         "print(settings.DATABASES['default'].get('OPTIONS', {}).get('options'))"
     )
-    env = {k: v for k, v in os.environ.items() if k != "PIPER_DB_STATEMENT_TIMEOUT_MS"}
+    env = {k: v for k, v in os.environ.items() if "STATEMENT_TIMEOUT" not in k}
     env["DJANGO_SETTINGS_MODULE"] = "piper.settings.local"
 
     def options(code: str) -> str:
@@ -284,4 +284,7 @@ def test_the_web_process_bounds_every_statement_and_workers_do_not():
         return done.stdout.strip().splitlines()[-1]
 
     assert options(f"import piper.wsgi; {show}") == "-c statement_timeout=30000"
+    assert options(f"import django; django.setup(); {show}") == "None"
+    env["PIPER_WEB_STATEMENT_TIMEOUT_MS"] = "1500"
+    assert options(f"import piper.wsgi; {show}") == "-c statement_timeout=1500"
     assert options(f"import django; django.setup(); {show}") == "None"
