@@ -111,6 +111,19 @@ def small_disk(root: Path, megabytes: int):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+def fill(path: Path) -> int:
+    """Write `path` until the file system has no space left; returns its size.
+    (Written, not fallocate'd to the free space measured: PostgreSQL writes too.)"""
+    written = 0
+    with open(path, "wb", buffering=0) as filler:
+        for size in (1 << 20, 1 << 12):
+            chunk = b"\0" * size
+            with contextlib.suppress(OSError):
+                while True:
+                    written += filler.write(chunk)
+    return written
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     _faults.add_load_arguments(parser, port=8547)
@@ -160,15 +173,14 @@ def main() -> int:
 
         def disk_fault(faults: list[dict]) -> None:
             filler = disk / "filler"
-            free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
             began = time.time()
-            subprocess.run(["fallocate", "-l", str(free), str(filler)], check=True)
+            filled = fill(filler)
             left = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
             time.sleep(args.hold)
             filler.unlink()
             faults.append({"name": "disk full", "began": began, "back": time.time()})
             print(
-                f"   disk full: {free / 1e6:.1f} MB filled ({left} bytes left) for "
+                f"   disk full: {filled / 1e6:.1f} MB filled ({left} bytes left) for "
                 f"{args.hold:.0f} s",
                 flush=True,
             )
