@@ -117,9 +117,8 @@ class TestHealth:
         assert body["database"]["vector"] == "0.8.6"
         assert body["redis"]["ok"] is True
         assert body["status"] in {"ok", "degraded"}
-        assert body["status"] == (
-            "ok" if body["worker"]["ok"] and body["beat"]["ok"] else "degraded"
-        )
+        healthy = body["worker"]["ok"] and body["beat"]["ok"] and not body["database"]["slow"]
+        assert body["status"] == ("ok" if healthy else "degraded")
 
     def test_database_down_is_503(self, anonymous_client, monkeypatch):
         from piper.api import health
