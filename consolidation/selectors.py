@@ -66,6 +66,8 @@ def _with_evidence(candidates: QuerySet[CandidateFact]) -> QuerySet[CandidateFac
         "rule",
         "confidence",
         "occurred_at",
+        "withdrawn_at",
+        "withdrawn_by_id",
         "episode__id",
         "episode__summary",
         "episode__action",

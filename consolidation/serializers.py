@@ -125,6 +125,14 @@ class EvidenceOutputSerializer(serializers.Serializer):
     confidence = serializers.FloatField()
     source = serializers.CharField(help_text="source type | actor | session: who said it.")
     occurred_at = serializers.DateTimeField()
+    withdrawn_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When its episode version was retracted or corrected: it supports nothing "
+        "any more. Null while it stands.",
+    )
+    withdrawn_by_event_id = serializers.UUIDField(
+        allow_null=True, help_text="The episode.retracted or episode.corrected event."
+    )
     episode = EpisodeExcerptSerializer(
         allow_null=True, help_text="The episode's text; null once it was erased."
     )
@@ -190,6 +198,10 @@ def _evidence(evidence) -> dict:
         "confidence": evidence.confidence,
         "source": evidence.source_key,
         "occurred_at": api_datetime(evidence.occurred_at),
+        "withdrawn_at": api_datetime(evidence.withdrawn_at),
+        "withdrawn_by_event_id": str(evidence.withdrawn_by_id)
+        if evidence.withdrawn_by_id
+        else None,
         "episode": None
         if episode is None
         else {

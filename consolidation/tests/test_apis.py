@@ -161,6 +161,8 @@ def candidate_body(candidate: CandidateFact) -> dict:
                 "confidence": e.confidence,
                 "source": e.source_key,
                 "occurred_at": api_datetime(e.occurred_at),
+                "withdrawn_at": api_datetime(e.withdrawn_at),
+                "withdrawn_by_event_id": str(e.withdrawn_by_id) if e.withdrawn_by_id else None,
                 "episode": {
                     "summary": e.episode.summary,
                     "action": e.episode.action,

@@ -14,6 +14,7 @@ from episodes.services import episode_correct, episode_retract
 from facts import selectors as facts_selectors
 from facts.models import Entity, Fact, Predicate
 from ledger.models import Event
+from piper.api.serializers import api_datetime
 from piper.tenancy.tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
@@ -255,3 +256,29 @@ class TestCorrected:
         consolidate_task(agent)
 
         assert candidates(agent) == [("Alice Chen", "location", "Lisbon", "asserted", 1, 1)]
+
+
+def test_the_api_shows_which_evidence_was_withdrawn_and_by_what(client_a):
+    agent = client_a.agent
+    kept = said(agent, "Alice Chen moved to Berlin.", actor="hr-sync", session_id="s1")
+    gone = said(agent, "Alice Chen moved to Berlin.", minutes=1, actor="alice", session_id="s2")
+    consolidate_task(agent)
+    retraction = episode_retract(agent=agent, episode_id=gone.pk, reason="a test message")
+    consolidate_task(agent)
+    candidate = CandidateFact.objects.get(agent=agent)
+
+    body = client_a.get(f"/api/v1/consolidation/candidates/{candidate.pk}").json()
+
+    withdrawn_at = CandidateEvidence.objects.get(event_id=gone.raw_event_id).withdrawn_at
+    assert (body["status"], body["sources"]) == ("asserted", 1)
+    assert [
+        (e["event_id"], e["withdrawn_at"], e["withdrawn_by_event_id"]) for e in body["evidence"]
+    ] == [
+        (str(kept.raw_event_id), None, None),
+        (
+            str(gone.raw_event_id),
+            api_datetime(withdrawn_at),
+            str(last(agent, "episode.retracted").pk),
+        ),
+    ]
+    assert retraction.status == "retracted"

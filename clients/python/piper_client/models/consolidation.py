@@ -26,6 +26,8 @@ class CandidateEvidence(ApiModel):
     confidence: float
     source: str
     occurred_at: datetime
+    withdrawn_at: datetime | None = None  # its episode version was retracted or corrected
+    withdrawn_by_event_id: str | None = None
     episode: EpisodeExcerpt | None = None
 
 
