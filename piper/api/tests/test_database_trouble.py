@@ -288,3 +288,15 @@ def test_the_web_process_bounds_every_statement_and_workers_do_not():
     env["PIPER_WEB_STATEMENT_TIMEOUT_MS"] = "1500"
     assert options(f"import piper.wsgi; {show}") == "-c statement_timeout=1500"
     assert options(f"import django; django.setup(); {show}") == "None"
+
+
+@pytest.mark.django_db
+def test_healthz_is_degraded_when_its_probe_is_over_the_threshold(monkeypatch):
+    from piper.api import health
+
+    monkeypatch.setattr(health, "liveness", lambda: {"workers": {"w": 1.0}, "beat_age_seconds": 1})
+    with override_settings(PIPER_HEALTH_DB_SLOW_MS=0):  # every probe takes longer than 0 ms
+        status, database = _health(Client())
+    assert (status, database["ok"], database["slow"]) == ("degraded", True, True)
+    assert "error" not in database  # slow, not cut off
+    assert _health(Client())[0] == "ok"
