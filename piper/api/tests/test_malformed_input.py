@@ -2,20 +2,25 @@
 endpoint from the URL conf, aimed at a real object of the caller's so the view
 gets as far as reading the body, gets
 
-* bodies that are no JSON object at all: too large, invalid JSON, nested
-  deeper than the parser goes, the wrong content type, form data, invalid
-  UTF-8, empty, a JSON array / number / string / null, a batch over the limit;
-* a valid body (`BODIES`) with each top-level field in turn given the wrong
-  type (list, object, number, bool, null, string), a huge integer, a very
-  long string, a string with a NUL byte, deep nesting — and the valid body
-  with a NUL byte in every string inside it.
+* bodies that are no JSON object at all (`RAW`): over the body limit, invalid
+  JSON, nested deeper than the parser goes, the wrong content type, form
+  data, multipart, invalid UTF-8, NaN, a JSON array / number / string / null;
+* a valid body (`BODIES`, `COLLECTION_BODIES`) with each top-level field in
+  turn given a wrong value (`field_variants`: each JSON type, ±10^40, a very
+  long string, a NUL byte, deep nesting, a long list) — and the valid body
+  with a NUL byte in every string inside it;
+* an empty body;
+
+and one endpoint a body over the real 10 MiB limit and a batch over 1,000.
 
 Every answer must be below 500, a 4xx must have the error shape
-`{"error": {"code", "message", "details"}}` with a message that names what is
-wrong, and a 4xx writes nothing: the agent's ledger head does not move (every
-write appends its event in the write's transaction), and after the first
-phase no row of the agent's changed at all. A variant can be valid (an
-integer where a float is asked, any object as a payload): a 2xx is fine then.
+`{"error": {"code", "message", "details"}}` with a message, and a 4xx writes
+nothing: the agent's ledger head does not move (every write appends its event
+in the write's transaction), and after the raw bodies no row of the agent's
+changed at all. A variant can be valid (an integer where a float is asked,
+any object as a payload): a 2xx is fine then. The suite sends a rotating
+subset (`chosen`); PIPER_MALFORMED_FULL=1 (scripts/chaos/malformed_input.py)
+sends everything.
 
 The counts go to docs/reliability.md ("Oversized and malformed input").
 """
