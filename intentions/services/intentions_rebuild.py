@@ -122,7 +122,14 @@ COLUMNS = (
     "created_at",
     "updated_at",
 )
-DATETIMES = ("not_before", "due_at", "expires_at", "last_fired_at", "escalated_at")
+DATETIMES = (
+    "not_before",
+    "due_at",
+    "expires_at",
+    "last_fired_at",
+    "last_rehearsed_at",
+    "escalated_at",
+)
 # intention.created's payload key for each column it carries (older events carry fewer).
 CREATED_COLUMNS = {
     "priority": "priority",
@@ -143,7 +150,7 @@ ESCALATION_COLUMNS = (
     "event_id",
     "recorded_at",
 )
-PENDING_COLUMNS = ("agent_id", "added_at", "cleared_at")
+PENDING_COLUMNS = ("added_at", "cleared_at")
 REBUILD_SETTING = "piper.rebuild"  # transaction-local; migrations 0011, 0012
 BATCH = 2000
 
@@ -486,6 +493,7 @@ def _fold(agent_id: Any, *, excluding: Any = None) -> tuple[_Fold, dict[int, dic
     pending_now = {
         p["id"]: {
             "key": (p["thread_id"], p["intention_id"], p["kind"], p["occurrence"]),
+            "added_at": p["added_at"],
             "cleared_at": p["cleared_at"],
         }
         for p in PendingItem.objects.filter(agent_id=agent_id).values()
@@ -567,7 +575,6 @@ def _rebuild_agent(agent_id: Any, *, excluding: Any = None) -> int:
     with connection.cursor() as cursor:
         # History rows and the state machine yield to the ledger here only (0012).
         cursor.execute("SELECT set_config(%s, 'on', true)", [REBUILD_SETTING])
-    Transition.objects.filter(intention_id__in=ids).delete()
     dependency_ids = dict(
         ((i, d), pk)
         for pk, i, d in IntentionDependency.objects.filter(intention_id__in=ids).values_list(
@@ -576,7 +583,7 @@ def _rebuild_agent(agent_id: Any, *, excluding: Any = None) -> int:
     )
     IntentionDependency.objects.filter(intention_id__in=ids).delete()
 
-    changed, new = [], []
+    new = []
     for intention_id, columns in fold.intentions.items():
         row = fold.rows.get(intention_id)
         for name in fold.unknown[intention_id]:
@@ -584,9 +591,8 @@ def _rebuild_agent(agent_id: Any, *, excluding: Any = None) -> int:
                 columns[name] = row[name]
         if row is None:
             new.append(Intention(id=intention_id, agent_id=agent_id, **_columns(columns)))
-        elif any(row[name] != columns[name] for name in COLUMNS):
-            changed.append(Intention(id=intention_id, agent_id=agent_id, **_columns(columns)))
-    Intention.objects.bulk_update(changed, COLUMNS, batch_size=BATCH)
+        else:
+            _update_changed(Intention, intention_id, row, columns, COLUMNS)
     Intention.objects.bulk_create(new, batch_size=BATCH)
 
     IntentionDependency.objects.bulk_create(
@@ -598,7 +604,7 @@ def _rebuild_agent(agent_id: Any, *, excluding: Any = None) -> int:
         ],
         batch_size=BATCH,
     )
-    Transition.objects.bulk_create(fold.transitions, batch_size=BATCH)
+    _put_transitions(fold.transitions, ids)
     _put(Firing, fold.firings, FIRING_COLUMNS, ids)
     _put(Escalation, fold.escalations, ESCALATION_COLUMNS, ids)
     _put_pending(agent_id, fold, pending_now, ids)
@@ -619,22 +625,63 @@ def _columns(columns: dict) -> dict:
     return {name: columns[name] for name in COLUMNS}
 
 
+def _update_changed(model, pk: Any, now: dict, made: dict, columns: tuple[str, ...]) -> None:
+    """Set the columns of one row that differ from what the fold made. A rebuild
+    mostly finds rows as the ledger makes them: one UPDATE per row that differs
+    is far cheaper than bulk_update's CASE over every row and column."""
+    differ = {name: made[name] for name in columns if now[name] != made[name]}
+    if differ:
+        model.objects.filter(pk=pk).update(**differ)
+
+
 def _put(model, made: dict, columns: tuple[str, ...], intention_ids: list) -> None:
     """Rows of `model` as the fold made them, keeping their ids (webhook
     messages point at firings and escalations): changed ones updated, missing
     ones inserted, ones no event makes deleted."""
-    existing = {row.pk: row for row in model.objects.filter(intention_id__in=intention_ids)}
+    existing = {
+        row["id"]: row
+        for row in model.objects.filter(intention_id__in=intention_ids).values("id", *columns)
+    }
     stale = set(existing) - set(made)
     if stale:
         model.objects.filter(pk__in=stale).delete()
-    changed = [
-        row
-        for pk, row in made.items()
-        if pk in existing
-        and any(getattr(existing[pk], name) != getattr(row, name) for name in columns)
-    ]
-    model.objects.bulk_update(changed, columns, batch_size=BATCH)
+    for pk, row in made.items():
+        if pk in existing:
+            _update_changed(
+                model, pk, existing[pk], {name: getattr(row, name) for name in columns}, columns
+            )
     model.objects.bulk_create([r for pk, r in made.items() if pk not in existing], batch_size=BATCH)
+
+
+TRANSITION_COLUMNS = (
+    "intention_id",
+    "from_status",
+    "to_status",
+    "occurrence",
+    "reason",
+    "at",
+    "event_id",
+    "recorded_at",
+)
+
+
+def _put_transitions(made: list[Transition], intention_ids: list) -> None:
+    """History rows as the fold made them: the ones already there as made are
+    kept, the rest replaced (history is never updated in place)."""
+    existing = {
+        row["id"]: row
+        for row in Transition.objects.filter(intention_id__in=intention_ids).values(
+            "id", *TRANSITION_COLUMNS
+        )
+    }
+    kept = {
+        t.pk
+        for t in made
+        if t.pk in existing
+        and all(existing[t.pk][name] == getattr(t, name) for name in TRANSITION_COLUMNS)
+    }
+    Transition.objects.filter(pk__in=set(existing) - kept).delete()
+    Transition.objects.bulk_create([t for t in made if t.pk not in kept], batch_size=BATCH)
 
 
 def _put_pending(agent_id: Any, fold: _Fold, pending_now: dict[int, dict], ids: list) -> None:
@@ -642,17 +689,21 @@ def _put_pending(agent_id: Any, fold: _Fold, pending_now: dict[int, dict], ids: 
     PendingItem.objects.filter(intention_id__in=ids).exclude(
         pk__in=[by_key[k] for k in fold.pending if k in by_key]
     ).delete()
-    keep, new = [], []
-    for (thread_id, intention_id, kind, occurrence), times in fold.pending.items():
-        item = PendingItem(
-            id=by_key.get((thread_id, intention_id, kind, occurrence)),
-            agent_id=agent_id,
-            thread_id=thread_id,
-            intention_id=intention_id,
-            kind=kind,
-            occurrence=occurrence,
-            **times,
+    new = []
+    for key, times in fold.pending.items():
+        pk = by_key.get(key)
+        if pk is not None:
+            _update_changed(PendingItem, pk, pending_now[pk], times, PENDING_COLUMNS)
+            continue
+        thread_id, intention_id, kind, occurrence = key
+        new.append(
+            PendingItem(
+                agent_id=agent_id,
+                thread_id=thread_id,
+                intention_id=intention_id,
+                kind=kind,
+                occurrence=occurrence,
+                **times,
+            )
         )
-        (keep if item.pk is not None else new).append(item)
-    PendingItem.objects.bulk_update(keep, PENDING_COLUMNS, batch_size=BATCH)
     PendingItem.objects.bulk_create(new, batch_size=BATCH)
