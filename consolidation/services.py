@@ -130,6 +130,27 @@ def _claim_lock(agent_id: uuid.UUID, key: str) -> str:
 # --------------------------------------------------------------------------- runs
 
 
+def episode_statistics_refresh(*, after_rows: int | None = None) -> bool:
+    """ANALYZE the episodes table when `after_rows` (CONSOLIDATION_ANALYZE_AFTER_ROWS)
+    or more rows changed since it was last analyzed; returns whether it did. A run
+    reads thousands of an agent's newest rows, and with statistics that do not know
+    them the planner expects one row an agent and walks an index of the agent's
+    actor for each session's pool."""
+    threshold = settings.CONSOLIDATION_ANALYZE_AFTER_ROWS if after_rows is None else after_rows
+    table = Episode._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relid = %s::regclass",
+            [table],
+        )
+        row = cursor.fetchone()
+        if row is None or row[0] < threshold:
+            return False
+        cursor.execute(f'ANALYZE "{table}"')
+    logger.info("analyzed %s: %s rows changed since its last analyze", table, row[0])
+    return True
+
+
 def consolidation_run_start(
     *, agent: Agent, kind: str = RunKind.FACTS, batch_size: int | None = None
 ) -> ConsolidationRun | None:
@@ -156,6 +177,8 @@ def consolidation_run_start(
         ).aggregate(s=Max("seq"))["s"]
         if last is None:
             return None
+        if kind in (RunKind.FACTS, RunKind.DUPLICATES):
+            episode_statistics_refresh()
         run_id = uuid7()
         batch = batch_size or settings.CONSOLIDATION_BATCH_SIZE
         details: dict = {"batch_size": batch}

@@ -451,3 +451,37 @@ class TestDerivedFromEvents:
         assert derived_from_events(agent=agent, event_ids=[other.raw_event_id]).candidate_ids == [
             CandidateFact.objects.get(agent=agent, value="Initech").pk
         ]
+
+
+def _episode_table_stats() -> tuple[int, int]:
+    """(rows changed since the last analyze, analyses so far) of the episodes table."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")  # this session's counts
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT n_mod_since_analyze, analyze_count FROM pg_stat_user_tables"
+            " WHERE relname = 'episodes_episode'"
+        )
+        return cursor.fetchone()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_analyzes_the_episodes_first_when_many_rows_are_new_to_the_planner(settings):
+    agent = AgentFactory()
+    for n in range(12):
+        said(agent, f"Ticket {n} was closed.", minutes=n)
+    changed, analyses = _episode_table_stats()
+    assert changed >= 12
+
+    assert services.episode_statistics_refresh(after_rows=changed + 1) is False
+    assert _episode_table_stats()[1] == analyses
+
+    settings.CONSOLIDATION_ANALYZE_AFTER_ROWS = changed
+    run = services.consolidation_run_start(agent=agent, kind="duplicates")
+    assert run is not None
+    changed_after, analyses_after = _episode_table_stats()
+    assert analyses_after == analyses + 1
+    assert changed_after < changed
