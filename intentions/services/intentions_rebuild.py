@@ -686,9 +686,14 @@ def _put_transitions(made: list[Transition], intention_ids: list) -> None:
 
 def _put_pending(agent_id: Any, fold: _Fold, pending_now: dict[int, dict], ids: list) -> None:
     by_key = {p["key"]: pk for pk, p in pending_now.items()}
-    PendingItem.objects.filter(intention_id__in=ids).exclude(
-        pk__in=[by_key[k] for k in fold.pending if k in by_key]
-    ).delete()
+    folded = set(ids)
+    stale = [
+        pk
+        for pk, p in pending_now.items()
+        if p["key"][1] in folded and p["key"] not in fold.pending
+    ]
+    if stale:
+        PendingItem.objects.filter(pk__in=stale).delete()
     new = []
     for key, times in fold.pending.items():
         pk = by_key.get(key)

@@ -12,6 +12,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from facts.tests.factories import claim
 from forgetting.services.erasure import Selector, erasure_run
@@ -266,6 +267,24 @@ class TestRebuild:
         assert rows(agent) == before
         assert callbacks == []  # no webhook delivery queued
         assert Event.objects.filter(agent=agent).count() == ledger_before
+
+    def test_a_rebuild_of_rows_as_the_ledger_makes_them_writes_none(self):
+        agent = sim_agent()
+        engine_history(agent)
+
+        with CaptureQueriesContext(connection) as queries:
+            intentions_rebuild.rebuild_projection(agent=agent)
+
+        writes = [
+            q["sql"].split()[:3]
+            for q in queries.captured_queries
+            if q["sql"].startswith(("UPDATE", "INSERT", "DELETE"))
+        ]
+        # Only the dependencies are replaced (a handful of rows, no history).
+        assert {tuple(w) for w in writes} <= {
+            ("DELETE", "FROM", '"intentions_intentiondependency"'),
+            ("INSERT", "INTO", '"intentions_intentiondependency"'),
+        }
 
     def test_from_nothing_but_the_ledger(self):
         agent = sim_agent()
