@@ -38,6 +38,7 @@ SCRUBBED_STATES = "working_states.scrubbed"
 SCRUBBED_INTENTIONS = "intentions.scrubbed"
 ERASED = "[erased]"
 INTENTION_SCRUBBED = "intention.scrubbed"
+FIRED = "intention.fired"
 SCRUBBED_FIELDS = ("description", "completion_criteria", "required_context", "trigger_spec")
 
 
@@ -186,11 +187,29 @@ def _scrub_quotes(scope: ErasureScope) -> None:
         if replaced["event_type"] == INTENTION_SCRUBBED:
             created_event_id = replaced["payload"].get("created_event_id")
             created = replaced["payload"].get("created")
+            fired = dict(replaced["payload"].get("fired") or {})
         else:
             created_event_id, created = str(intention.source_event_id), replaced["payload"]
+            fired = {}
         if created is not None:
             # The purge blanks the erased creation's session: the copy keeps it.
             created = {**created, "source_session": intention.source_session}
+        # Its firings quote its description: they are erased too, and the copy
+        # carries them scrubbed, so a rebuild still finds each firing.
+        quoting_firings = {
+            str(pk): payload
+            for pk, payload in Event.objects.filter(
+                agent=agent,
+                event_type=FIRED,
+                payload__intention_id=str(intention.pk),
+                redacted_at__isnull=True,
+            )
+            # One erased in its own right goes without a copy.
+            .exclude(pk__in=scope.erased_events())
+            .values_list("pk", "payload")
+            if _scrubbed(payload, probes) != payload
+        }
+        fired.update(quoting_firings)
         event = event_append(
             agent=agent,
             event_type=INTENTION_SCRUBBED,
@@ -200,11 +219,12 @@ def _scrub_quotes(scope: ErasureScope) -> None:
                 "replaces_event_id": str(intention.source_event_id),
                 "created_event_id": created_event_id,
                 "created": _scrubbed(created, probes) if created is not None else None,
+                "fired": {pk: _scrubbed(payload, probes) for pk, payload in fired.items()},
             },
             source_type=SourceType.OPERATOR,
         )
         scope.own_event_ids.add(event.pk)
-        scope.add_events([intention.source_event_id])
+        scope.add_events([intention.source_event_id, *map(uuid.UUID, quoting_firings)])
         Intention.objects.filter(pk=intention.pk).update(**clean, source_event=event)
         for message in OutboxMessage.objects.filter(
             Q(firing__intention=intention) | Q(escalation__intention=intention)

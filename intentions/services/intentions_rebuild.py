@@ -327,8 +327,9 @@ class _Fold:
         )
         self.applied += 1
 
-    def fired(self, intention: dict, event: Event) -> None:
-        payload = event.payload
+    def fired(self, intention: dict, event: Event, payload: dict | None = None) -> None:
+        """`payload` is the firing's, or (erased) its scrubbed copy's."""
+        payload = payload if payload is not None else event.payload
         firing_id = payload.get("firing_id") or self.firing_ids.get(event.pk)
         firing_id = uuid.UUID(str(firing_id)) if firing_id else uuid7()
         fired_at = _when(payload["fired_at"])
@@ -349,6 +350,7 @@ class _Fold:
         self.transition(
             intention,
             event,
+            copied=event.erased,
             to_status=IntentionStatus.DUE,
             reason=f"fired by {cause}",
             at=fired_at,
@@ -508,17 +510,25 @@ def _fold(agent_id: Any, *, excluding: Any = None) -> tuple[_Fold, dict[int, dic
         if excluding is not None
         else set()
     )
-    # An erased creation that an erasure scrubbed comes back from its last copy.
+    # An erased creation or firing that an erasure scrubbed comes back from its last copy.
     copies: dict[str, dict] = {}
     for copy in events.filter(event_type=SCRUBBED, redacted_at__isnull=True):
-        if copy.payload.get("created") and copy.pk not in excluded:
+        if copy.pk in excluded:
+            continue
+        if copy.payload.get("created"):
             copies[copy.payload["created_event_id"]] = copy.payload["created"]
+        copies.update(copy.payload.get("fired") or {})
     for event in events.iterator(chunk_size=BATCH):
         kind = event.event_type
         event.erased = event.redacted_at is not None or event.pk in excluded
         if event.erased:
-            if kind == CREATED and str(event.pk) in copies:
-                fold.created(event, copies[str(event.pk)])
+            copy = copies.get(str(event.pk))
+            if kind == CREATED and copy is not None:
+                fold.created(event, copy)
+            elif kind == FIRED and copy is not None:
+                intention = fold.intentions.get(uuid.UUID(copy["intention_id"]))
+                if intention is not None:
+                    fold.fired(intention, event, copy)
             continue
         if kind == CREATED:
             fold.created(event, event.payload)

@@ -486,6 +486,17 @@ class TestAfterErasure:
         scrubbed = Intention.objects.get(pk=quoting.pk)
         assert (scrubbed.description, scrubbed.status) == ("remember [erased]", "due")
         assert scrubbed.source_event.event_type == "intention.scrubbed"
+        # Its firing quoted the description: erased too, and it still stands.
+        firing = Firing.objects.get(intention=scrubbed)
+        assert firing.event.redacted_at is not None
+        assert scrubbed.source_event.payload["fired"][str(firing.event_id)]["description"] == (
+            "remember [erased]"
+        )
+        assert not [
+            e.event_type
+            for e in Event.objects.filter(agent=agent, redacted_at__isnull=True)
+            if "7731-bravo" in str(e.payload)
+        ]
         intentions_rebuild.rebuild_projection(agent=agent)
         assert diff(rows(agent), before) == []
         assert rows(agent) == before
