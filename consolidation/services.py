@@ -40,6 +40,7 @@ from ledger.models import Event
 from ledger.services import EventDraft, event_append, events_append
 from piper.errors import Conflict, InvalidInput, NotFound, PiperError
 from piper.ids import uuid7
+from piper.locks import advisory_xact_locks
 from piper.provenance import SourceType
 from piper.tenancy.models import Agent
 
@@ -113,18 +114,13 @@ def combined_confidence(per_source: Iterable[float]) -> float:
     return round(min(0.99, 1.0 - missing), 4)
 
 
-def _lock(*keys: str) -> None:
-    """Advisory transaction locks, taken in one statement in key order (no deadlock)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(pg_advisory_xact_lock(h)) FROM (SELECT hashtextextended(k, 0) AS h "
-            "FROM unnest(%s::text[]) AS k ORDER BY 1 OFFSET 0) AS ordered",
-            [sorted(set(keys))],
-        )
+def _lock_run(agent_id: uuid.UUID, kind: str) -> None:
+    advisory_xact_locks(f"consolidation:run:{agent_id}", [kind])
 
 
-def _claim_lock(agent_id: uuid.UUID, key: str) -> str:
-    return f"consolidation:claim:{agent_id}:{key}"
+def _lock_claims(agent_id: uuid.UUID, claim_keys: Iterable[str]) -> None:
+    """The claims' locks, in one statement in lock order (no deadlock)."""
+    advisory_xact_locks(f"consolidation:claim:{agent_id}", claim_keys)
 
 
 # --------------------------------------------------------------------------- runs
@@ -160,7 +156,7 @@ def consolidation_run_start(
     if kind not in RunKind.values:
         raise InvalidInput(f"kind must be one of {RunKind.values}", details={"kind": ["invalid"]})
     with transaction.atomic():
-        _lock(f"consolidation:run:{agent.pk}:{kind}")
+        _lock_run(agent.pk, kind)
         running = ConsolidationRun.objects.filter(
             agent=agent, kind=kind, status=RunStatus.RUNNING
         ).first()
@@ -431,7 +427,7 @@ def _consolidate_episodes(
     by_claim: dict[str, list[_Reading]] = defaultdict(list)
     for reading in readings:
         by_claim[reading.key].append(reading)
-    _lock(*(_claim_lock(agent.pk, k) for k in by_claim))
+    _lock_claims(agent.pk, by_claim)
 
     # What already supports each claim, and which sources a rejection closed.
     used: set[tuple[str, uuid.UUID]] = set()
@@ -610,7 +606,7 @@ def _withdraw_evidence(
     )
     if not evidence:
         return
-    _lock(*(_claim_lock(agent.pk, key) for key in sorted({e[2] for e in evidence})))
+    _lock_claims(agent.pk, {e[2] for e in evidence})
     now = timezone.now()
     by_event = defaultdict(list)
     for pk, _, _, event_id in evidence:
@@ -918,7 +914,7 @@ def _locked_candidate(agent: Agent, candidate_id: uuid.UUID) -> CandidateFact:
     )
     if key is None:
         raise NotFound(f"candidate {candidate_id} not found")
-    _lock(_claim_lock(agent.pk, key))
+    _lock_claims(agent.pk, [key])
     return CandidateFact.objects.select_for_update().get(pk=candidate_id)
 
 

@@ -28,6 +28,7 @@ from django.utils import timezone
 from ledger.services import event_append
 from piper.errors import Conflict, InvalidInput, NotFound, PiperError
 from piper.ids import uuid7
+from piper.locks import advisory_xact_locks
 from piper.provenance import SourceType
 from piper.tenancy.models import Agent
 
@@ -56,9 +57,7 @@ def _inputs_key(inputs: dict) -> str:
 
 
 def _lock_shapes(agent_id: uuid.UUID, keys: Sequence[str]) -> None:
-    from .services import _lock
-
-    _lock(*(f"consolidation:skill:{agent_id}:{k}" for k in keys))
+    advisory_xact_locks(f"consolidation:skill:{agent_id}", keys)
 
 
 def skill_name(shape: skill_mining.Shape) -> str:

@@ -22,6 +22,7 @@ from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event
 from piper.canonical import canonical_json
+from piper.locks import advisory_xact_locks
 from piper.provenance import AUTHORITY_ORDER, Authority, authority_rank
 
 from .models import (
@@ -92,20 +93,10 @@ def lock_subject_predicate(
 
 
 def lock_pairs(agent_id: uuid.UUID, pairs: Iterable[tuple[Any, Any]]) -> None:
-    """Take the advisory locks of many pairs in one statement, in key order, so
-    two batches touching the same pairs cannot deadlock."""
-    keys = sorted({f"facts:{agent_id}:{s}:{p}" for s, p in pairs})
-    if not keys:
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT count(pg_advisory_xact_lock(h))
-              FROM (SELECT hashtextextended(k, 0) AS h FROM unnest(%s::text[]) AS k
-                    ORDER BY 1 OFFSET 0) AS ordered
-            """,
-            [keys],
-        )
+    """Take the advisory locks of many pairs in one statement, in lock order, so
+    two batches touching the same pairs cannot deadlock (piper.locks: a bounded
+    number of locks however many pairs)."""
+    advisory_xact_locks(f"facts:{agent_id}", (f"{s}:{p}" for s, p in pairs))
 
 
 def admission_for(agent_id: uuid.UUID) -> str:

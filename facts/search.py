@@ -35,6 +35,7 @@ from django.utils import timezone
 from ledger.models import Event
 from piper.canonical import canonical_json
 from piper.errors import InvalidInput
+from piper.locks import advisory_xact_locks
 from piper.tenancy.models import Agent
 
 from . import projection as p
@@ -142,18 +143,7 @@ class RefreshResult:
 def _lock_texts(agent_id: uuid.UUID, pairs: Iterable[Pair]) -> None:
     """Serialise refreshes of the same pairs (not the facts writers: a refresh
     that read the state before a write commits is followed by that write's own)."""
-    keys = sorted({f"facts-text:{agent_id}:{s}:{pr}" for s, pr in pairs})
-    if not keys:
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT count(pg_advisory_xact_lock(h))
-              FROM (SELECT hashtextextended(k, 0) AS h FROM unnest(%s::text[]) AS k
-                    ORDER BY 1 OFFSET 0) AS ordered
-            """,
-            [keys],
-        )
+    advisory_xact_locks(f"facts-text:{agent_id}", (f"{s}:{pr}" for s, pr in pairs))
 
 
 def all_pairs(agent_id: uuid.UUID) -> list[Pair]:
