@@ -19,8 +19,9 @@ BACKLOG_BUDGET_SECONDS = 50
 
 
 def _gave_way(exc: OperationalError) -> bool:
-    """lock_not_available (our lock_timeout) or deadlock_detected (we were the victim)."""
-    return getattr(exc.__cause__, "sqlstate", None) in ("55P03", "40P01")
+    """lock_not_available (our lock_timeout), deadlock_detected (we were the victim)
+    or out_of_memory (the shared lock table was full for a moment): worth a retry."""
+    return getattr(exc.__cause__, "sqlstate", None) in ("55P03", "40P01", "53200")
 
 
 @shared_task(

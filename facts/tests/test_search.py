@@ -420,3 +420,21 @@ def test_a_background_refresh_gives_way_to_a_lock_instead_of_deadlocking():
     assert FactText.objects.filter(agent=agent).count() == 0
     fact_texts_refresh(agent_id=agent.pk, pairs=pairs, lock_timeout_ms=LOCK_TIMEOUT_MS)
     assert texts(agent) == {("Alice", "city"): "city — Alice: Paris"}
+
+
+def test_a_full_lock_table_is_a_moment_the_task_waits_out():
+    """'out of shared memory' (53200): other sessions held the shared lock table
+    full; the text task retries, as it does after a lock timeout or a deadlock."""
+    import psycopg
+    from django.db import OperationalError
+
+    from facts.tasks import _gave_way
+
+    for cause, retried in (
+        (psycopg.errors.OutOfMemory("out of shared memory"), True),
+        (psycopg.errors.LockNotAvailable("lock timeout"), True),
+        (psycopg.errors.UndefinedTable("no such table"), False),
+    ):
+        error = OperationalError(str(cause))
+        error.__cause__ = cause
+        assert _gave_way(error) is retried
