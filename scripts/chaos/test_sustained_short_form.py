@@ -13,6 +13,7 @@ import sustained_load
 from conftest import make_client
 from piper.tenancy.models import Scope
 
+
 @pytest.mark.django_db(transaction=True)
 def test_a_mixed_open_loop_load_is_answered_without_one_error(live_server):
     client = make_client("sustained", scopes=(Scope.READ, Scope.WRITE), rate_per_minute=1_000_000)
