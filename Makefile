@@ -53,4 +53,4 @@ stop:
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	.venv/bin/lint-imports
+	$(VENV)/bin/lint-imports
