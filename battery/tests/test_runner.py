@@ -1,3 +1,5 @@
+import time
+
 import pytest
 from django.db import connection
 
@@ -29,7 +31,11 @@ def test_a_passing_item_reports_its_metrics():
         "",
         {"recall": 0.5},
     )
-    assert outcome.duration_ms >= 0
+
+
+def test_an_items_duration_is_the_time_it_took():
+    outcome = _run(lambda ctx: time.sleep(0.03))
+    assert 30 <= outcome.duration_ms < 5_000
 
 
 def test_an_item_returning_none_passes_with_no_metrics():

@@ -6,6 +6,7 @@ import uuid
 import pytest
 
 from facts.tests.api_helpers import post
+from ledger.models import Event
 from skills import tasks
 from skills.models import Execution, Validation
 from skills.services import runs
@@ -25,10 +26,25 @@ def test_validate_version_promotes_and_a_redelivery_is_a_no_op():
 
 
 @pytest.mark.django_db
-def test_missing_rows_are_ignored():
+@pytest.mark.django_db
+def test_a_task_about_a_row_that_is_gone_changes_nothing():
+    version = make_skill()
+    validation = Validation.objects.get(version=version)
+
+    def state():
+        validation.refresh_from_db()
+        return (
+            Validation.objects.count(),
+            Execution.objects.count(),
+            Event.objects.count(),
+            validation.status,
+        )
+
+    before = state()
     tasks.validate_version(str(uuid.uuid4()))
     tasks.execute_version(str(uuid.uuid4()))
     tasks.review_validated()
+    assert state() == before
 
 
 @pytest.mark.django_db
