@@ -73,7 +73,7 @@ class Episode(models.Model):
     # No index of its own: every composite index below leads with the agent.
     # With one, the planner took it for each (actor, session) pool of a
     # consolidation step whenever an agent's rows were newer than the table's
-    # statistics, and read all of the agent's rows once a pool (x3-14 slower).
+    # statistics, and read all of the agent's rows once a pool.
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+", db_index=False)
     occurred_at = models.DateTimeField(help_text="When it happened (valid time).")
     session_id = models.CharField(max_length=200, blank=True, default="")

@@ -279,8 +279,8 @@ CONSOLIDATION_TASK_BUDGET_SECONDS = env_int("CONSOLIDATION_TASK_BUDGET_SECONDS",
 # A running run whose last step is older than this is resumed by the periodic task.
 CONSOLIDATION_STALE_SECONDS = env_int("CONSOLIDATION_STALE_SECONDS", 600)
 # A run over episodes first analyzes their table when this many rows changed since
-# its last analyze (autovacuum waits for a tenth of the table): a fresh agent's rows
-# unknown to the planner made each step's pools 45x slower (docs/benchmarks.md).
+# its last analyze (autovacuum waits for a tenth of the table): with a fresh agent's
+# rows unknown to the planner, each step's pools took the wrong index.
 CONSOLIDATION_ANALYZE_AFTER_ROWS = env_int("CONSOLIDATION_ANALYZE_AFTER_ROWS", 10_000)
 # A candidate is asserted (as agent_inference) with this many distinct sources and
 # this combined confidence; below, it waits for more evidence or an accept.
