@@ -59,6 +59,11 @@ KIND_ANCHORS: dict[str, tuple[str, ...]] = {
 
 _lock = threading.Lock()
 _reader = None
+# nltk's reader seeks and reads shared file objects: two threads of a web worker
+# reading at once got each other's lines ("not enough values to unpack", a 500
+# under the sustained load). Every lookup through it holds this lock; the
+# answers are cached, so the lock is taken once a word.
+_reading = threading.RLock()
 
 
 def _source_dir() -> Path:
@@ -124,8 +129,9 @@ def forms(word: str) -> frozenset[str]:
     """The word and its base forms as a noun, verb or adjective."""
     reader = wordnet()
     out = {word}
-    for pos in ("n", "v", "a"):
-        out.update(reader._morphy(word, pos))
+    with _reading:
+        for pos in ("n", "v", "a"):
+            out.update(reader._morphy(word, pos))
     return frozenset(out)
 
 
@@ -136,19 +142,20 @@ def synonyms(word: str) -> frozenset[str]:
     must begin with the verb, so "engineer" does not reach "engine")."""
     reader = wordnet()
     out = set(forms(word))
-    for form in forms(word):
-        for pos in ("n", "v", "a"):
-            for synset in reader.synsets(form, pos)[:SENSES]:
-                out.update(_lemma(n) for n in synset.lemma_names())
-                if pos != "v":
-                    continue
-                for lemma in synset.lemmas():
-                    if lemma.name().lower() != form:
+    with _reading:
+        for form in forms(word):
+            for pos in ("n", "v", "a"):
+                for synset in reader.synsets(form, pos)[:SENSES]:
+                    out.update(_lemma(n) for n in synset.lemma_names())
+                    if pos != "v":
                         continue
-                    for derived in lemma.derivationally_related_forms():
-                        noun = _lemma(derived.name())
-                        if derived.synset().pos() == "n" and noun.startswith(form):
-                            out.add(noun)
+                    for lemma in synset.lemmas():
+                        if lemma.name().lower() != form:
+                            continue
+                        for derived in lemma.derivationally_related_forms():
+                            noun = _lemma(derived.name())
+                            if derived.synset().pos() == "n" and noun.startswith(form):
+                                out.add(noun)
     return frozenset(out)
 
 
@@ -158,8 +165,9 @@ def kinds(word: str, senses: int = SENSES) -> frozenset[str]:
     reader = wordnet()
     anchors = {name: kind for kind, names in KIND_ANCHORS.items() for name in names}
     out = set()
-    for form in forms(word):
-        for synset in reader.synsets(form, "n")[:senses]:
-            for path in synset.hypernym_paths():
-                out.update(anchors[s.name()] for s in path if s.name() in anchors)
+    with _reading:
+        for form in forms(word):
+            for synset in reader.synsets(form, "n")[:senses]:
+                for path in synset.hypernym_paths():
+                    out.update(anchors[s.name()] for s in path if s.name() in anchors)
     return frozenset(out)
