@@ -333,8 +333,14 @@ class MemorySampler:
 # ------------------------------------------------------------------------ one phase
 
 
-def run_phase(server, key, rate, seconds, args, thread_ids, subjects, seed) -> dict:
+def run_phase(server, key, rate, seconds, args, subjects, seed) -> dict:
+    """`seconds` of the load at `rate`, each client thread checkpointing a
+    working-state thread of its own, new for the phase."""
     total = args.procs * args.threads
+    with _stack.client(server.url, key) as http:
+        thread_ids = _faults.make_threads(
+            http, f"load-{uuid.uuid4().hex[:6]}", args.procs, args.threads
+        )
     replies = _stack.run_processes(
         client_process,
         [
@@ -454,13 +460,9 @@ def main() -> int:
         )
         with _stack.gunicorn(args.port, workers=2, threads=4, name="load") as server:
             print(_stack.header("sustained mixed load", server, f"{note}\n{world}"), flush=True)
-            with _stack.client(server.url, key) as http:
-                thread_ids = _faults.make_threads(
-                    http, f"load-{uuid.uuid4().hex[:6]}", args.procs, args.threads
-                )
             # Each web worker loads its embedding model and WordNet on its first
             # requests (seconds): warm them, then measure. Errors still count.
-            warm = run_phase(server, key, 2, args.warmup_seconds, args, thread_ids, subjects, 7)
+            warm = run_phase(server, key, 2, args.warmup_seconds, args, subjects, 7)
             print_phase("warm-up (not measured)", warm)
             if warm["errors"]:
                 violations.append(
@@ -471,20 +473,22 @@ def main() -> int:
                 best = None
                 for step in RATE_STEPS:
                     phase = run_phase(
-                        server, key, step, args.step_seconds, args, thread_ids, subjects, args.seed
+                        server, key, step, args.step_seconds, args, subjects, args.seed
                     )
                     print_phase(f"step {step}/s", phase)
                     if not held(phase):
                         break
                     best = step
                 if best is None:
-                    print("RESULT: not even the lowest step held")
-                    return 1
+                    # Still run the minutes: errors and memory over time are the
+                    # other half of the promise, and the p95 is reported as missed.
+                    print(f"no step held; the sustained run goes at the lowest, {RATE_STEPS[0]}/s")
+                    best = RATE_STEPS[0]
                 rate = best
             worker_pid = _worker_pid(worker_log)
             with MemorySampler(server.pid, worker_pid) as memory:
                 phase = run_phase(
-                    server, key, rate, args.minutes * 60, args, thread_ids, subjects, args.seed + 99
+                    server, key, rate, args.minutes * 60, args, subjects, args.seed + 99
                 )
             print_phase(f"sustained {args.minutes:g} min", phase)
             for op, figures in phase["by_op"].items():
