@@ -36,10 +36,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils.dateparse import parse_datetime
 
-from ledger.models import ChainHead, Event
+from ledger.models import Event
 from piper.ids import uuid7
 from piper.tenancy.models import Agent
 
@@ -54,6 +54,7 @@ from ..models import (
     Thread,
     Transition,
 )
+from .rebuild import rebuild_each_agent
 from .state import HANDOVER_ACKNOWLEDGED, PENDING_CLEARED
 
 logger = logging.getLogger(__name__)
@@ -168,36 +169,17 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
     escalates or is sent. The agents' threads, then their intentions (FOR NO
     KEY UPDATE, as the services take them), then their chain heads are locked
     for the duration, so no write interleaves."""
-    scope = {"agent": agent} if agent is not None else {}
-    with transaction.atomic():
-        # The services' lock order: thread, intention rows, chain head.
-        for model in (Thread, Intention):
-            list(
-                model.objects.select_for_update(of=("self",), no_key=True)
-                .filter(**scope)
-                .order_by("pk")
-                .values_list("pk", flat=True)
-            )
-        list(
-            ChainHead.objects.select_for_update()
-            .filter(**scope)
-            .order_by("agent_id")
-            .values_list("agent_id", flat=True)
-        )
-        agent_ids = (
-            [agent.pk]
-            if agent is not None
-            else sorted(
-                set(Intention.objects.order_by().values_list("agent_id", flat=True).distinct())
-                | set(
-                    Event.objects.filter(event_type=CREATED)
-                    .order_by()
-                    .values_list("agent_id", flat=True)
-                    .distinct()
-                )
-            )
-        )
-        return sum(_rebuild_agent(agent_id) for agent_id in agent_ids)
+    # The services' lock order: thread, intention rows, chain head.
+    return rebuild_each_agent(
+        agent,
+        lock=[
+            Thread.objects.select_for_update(of=("self",), no_key=True),
+            Intention.objects.select_for_update(of=("self",), no_key=True),
+        ],
+        projected=Intention,
+        event_types=[CREATED],
+        rebuild_agent=_rebuild_agent,
+    )
 
 
 @dataclass

@@ -79,15 +79,27 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
     deleted, so the intentions and pending items that point at them stay; a
     thread no surviving event names (its every event erased) is left as it is.
     """
+    # Thread first, chain head second: the order working_state_write takes them.
+    return rebuild_each_agent(
+        agent,
+        lock=[Thread.objects.select_for_update(no_key=True)],
+        projected=Thread,
+        event_types=EVENT_TYPES,
+        rebuild_agent=_rebuild_agent,
+    )
+
+
+def rebuild_each_agent(
+    agent: Agent | None, *, lock: list, projected: Any, event_types: Any, rebuild_agent: Any
+) -> int:
+    """One transaction: lock the rows of each `lock` queryset (in the services'
+    order), then the chain heads, so no write interleaves; then
+    `rebuild_agent(agent_id)` for `agent`, or for every agent with rows of
+    `projected` or events of `event_types`. Returns the events applied."""
     scope = {"agent": agent} if agent is not None else {}
     with transaction.atomic():
-        # Thread first, chain head second: the order working_state_write takes them.
-        list(
-            Thread.objects.select_for_update(no_key=True)
-            .filter(**scope)
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
+        for rows in lock:
+            list(rows.filter(**scope).order_by("pk").values_list("pk", flat=True))
         list(
             ChainHead.objects.select_for_update()
             .filter(**scope)
@@ -98,16 +110,16 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
             [agent.pk]
             if agent is not None
             else sorted(
-                set(Thread.objects.values_list("agent_id", flat=True).distinct())
+                set(projected.objects.order_by().values_list("agent_id", flat=True).distinct())
                 | set(
-                    Event.objects.filter(event_type__in=EVENT_TYPES)
+                    Event.objects.filter(event_type__in=event_types)
                     .order_by()
                     .values_list("agent_id", flat=True)
                     .distinct()
                 )
             )
         )
-        return sum(_rebuild_agent(agent_id) for agent_id in agent_ids)
+        return sum(rebuild_agent(agent_id) for agent_id in agent_ids)
 
 
 @dataclass
