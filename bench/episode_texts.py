@@ -188,6 +188,22 @@ class GeneratedEpisode:
         """What Episode.embedding_text() gives for this episode."""
         return "\n".join(p for p in (self.summary, self.action, self.observation) if p)
 
+    def draft(self, *, occurred_at, session_id: str):
+        """This episode as episodes_record takes it."""
+        from episodes.services import EpisodeDraft
+
+        return EpisodeDraft(
+            occurred_at=occurred_at,
+            summary=self.summary,
+            action=self.action,
+            observation=self.observation,
+            outcome=self.outcome,
+            actor=self.actor,
+            environment=self.environment,
+            session_id=session_id,
+            entities=list(self.entities),
+        )
+
 
 def _sentence(text: str) -> str:
     text = " ".join(text.split())

@@ -325,23 +325,13 @@ def build_world(args) -> list:
 
 
 def measure_ingest(args) -> dict:
-    from episodes.services import EpisodeDraft, episodes_record
+    from episodes.services import episodes_record
     from piper.tenancy.services import agent_create
 
     generated = episode_texts.episodes(args.ingest, seed=99)
     agent = agent_create(name=f"{AGENT_PREFIX}-ingest-{int(time.time() * 1000)}")
     drafts = [
-        EpisodeDraft(
-            occurred_at=START + timedelta(minutes=i),
-            summary=g.summary,
-            action=g.action,
-            observation=g.observation,
-            outcome=g.outcome,
-            actor=g.actor,
-            environment=g.environment,
-            session_id=f"s{i // 25}",
-            entities=g.entities,
-        )
+        g.draft(occurred_at=START + timedelta(minutes=i), session_id=f"s{i // 25}")
         for i, g in enumerate(generated)
     ]
     rates = []

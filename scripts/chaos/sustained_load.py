@@ -79,7 +79,7 @@ def subject_name(i: int) -> str:
 def build_world(agent, episodes: int, facts: int) -> int:
     """Episodes and facts through the services (their vectors come from the
     worker); returns the number of subjects."""
-    from episodes.services import EpisodeDraft, episodes_record
+    from episodes.services import episodes_record
     from facts.services import ClaimInput, Provenance, facts_assert
 
     start = datetime.now(UTC) - timedelta(days=60)
@@ -88,17 +88,7 @@ def build_world(agent, episodes: int, facts: int) -> int:
         episodes_record(
             agent=agent,
             drafts=[
-                EpisodeDraft(
-                    occurred_at=start + timedelta(minutes=5 * i),
-                    summary=g.summary,
-                    action=g.action,
-                    observation=g.observation,
-                    outcome=g.outcome,
-                    actor=g.actor,
-                    environment=g.environment,
-                    session_id=f"world-{i // 25}",
-                    entities=list(g.entities),
-                )
+                g.draft(occurred_at=start + timedelta(minutes=5 * i), session_id=f"world-{i // 25}")
                 for i, g in enumerate(generated[begin : begin + 1000], start=begin)
             ],
         )
