@@ -383,37 +383,30 @@ def forged_append(cur, t: Ledger):
     return []
 
 
-def rehashed_one(cur, t: Ledger):
+def _rewrite_with_its_hash(cur, t: Ledger, index: int, payload: dict) -> None:
+    """Rewrite one row's payload and recompute its own hashes (not the next row's)."""
     from ledger.hashing import event_hash, event_payload_hash
 
-    event = t.events[t.m]
-    event.payload = {"text": "the CFO approved the transfer"}
+    event = t.events[index]
+    event.payload = payload
     event.payload_hash = event_payload_hash(event)
     event.hash = event_hash(event)
     _set(
         cur,
         t,
-        t.m,
+        index,
         "payload = %s::jsonb, payload_hash = %s, hash = %s",
         [_json(event.payload), event.payload_hash, event.hash],
     )
+
+
+def rehashed_one(cur, t: Ledger):
+    _rewrite_with_its_hash(cur, t, t.m, {"text": "the CFO approved the transfer"})
     return [Expect(t.m, "this event was rewritten (its hash recomputed)")]
 
 
 def rehashed_tail(cur, t: Ledger):
-    from ledger.hashing import event_hash, event_payload_hash
-
-    event = t.events[t.tail]
-    event.payload = {"text": "nothing happened"}
-    event.payload_hash = event_payload_hash(event)
-    event.hash = event_hash(event)
-    _set(
-        cur,
-        t,
-        t.tail,
-        "payload = %s::jsonb, payload_hash = %s, hash = %s",
-        [_json(event.payload), event.payload_hash, event.hash],
-    )
+    _rewrite_with_its_hash(cur, t, t.tail, {"text": "nothing happened"})
     return [Expect(t.tail, "this event was rewritten (its hash recomputed)")]
 
 
