@@ -75,6 +75,9 @@ class ApiSession:
         text = f"{response.status_code} {code}: {message}"
         if detail:
             text += f" (details: {detail})"
+        if response.headers.get("Retry-After"):
+            # 503 database_busy / database_unavailable, 429: when to call again.
+            text += f" Retry after {response.headers['Retry-After']} s."
         raise ToolError(text)
 
 

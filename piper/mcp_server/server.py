@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import ToolAnnotations
@@ -71,10 +72,30 @@ def tool(scope: str, annotations: ToolAnnotations):
     return register
 
 
+def _caller(raw: str) -> Caller | None:
+    """caller_for, with a database that cannot answer now (down, or the statement
+    timeout: bounds.py) told as the API tells it: 503 and when to retry."""
+    from django.db import connections
+
+    from piper.api.middleware import database_trouble
+
+    try:
+        return caller_for(raw)
+    except DatabaseError as exc:
+        trouble = database_trouble(exc)
+        if trouble is None:
+            raise
+        for conn in connections.all(initialized_only=True):
+            if conn.connection is not None and not conn.is_usable():
+                conn.close()
+        code, message, retry_after = trouble
+        raise ToolError(f"503 {code}: {message} Retry after {retry_after} s.") from None
+
+
 def _session(name: str) -> tuple[ApiSession, Caller]:
     """The API, as the key of the call being served — if that key may use `name`."""
     raw = current_key()
-    caller = caller_for(raw) if raw else None
+    caller = _caller(raw) if raw else None
     if caller is None:
         raise ToolError("401 not_authenticated: the API key is unknown or has been revoked")
     spec = TOOLS[name]

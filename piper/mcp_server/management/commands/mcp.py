@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from piper.mcp_server import api
 from piper.mcp_server.auth import caller_for, http_auth, process_key
+from piper.mcp_server.bounds import bound_statements, statement_timeout_ms
 from piper.mcp_server.server import build_server
 
 
@@ -39,6 +40,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         api.base_url = options["api_url"]
+        # Each statement of a tool call is bounded, as a web request's (bounds.py).
+        bound_statements(statement_timeout_ms())
         if options["transport"] == "stdio":
             raw = options["api_key"] or os.environ.get("PIPER_API_KEY", "")
             if not raw:
