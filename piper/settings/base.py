@@ -103,6 +103,15 @@ if PIPER_DB_STATEMENT_TIMEOUT_MS:
 PIPER_HEALTH_DB_TIMEOUT_MS = env_int("PIPER_HEALTH_DB_TIMEOUT_MS", 2000)
 PIPER_HEALTH_DB_SLOW_MS = env_int("PIPER_HEALTH_DB_SLOW_MS", 500)
 PIPER_HEALTH_LOCK_WAIT_MS = env_int("PIPER_HEALTH_LOCK_WAIT_MS", 5000)
+# The nightly ledger.verify_chains keeps each chain's last verified end (seq,
+# hash) in this file, outside the database, and checks the next night that every
+# chain still holds it: that finds the last events removed with the head rewound,
+# or every hash recomputed, which the database alone cannot (ledger/anchors.py).
+# Point it at storage the database's writers cannot rewrite (another volume or
+# machine, write-once storage); "" turns the anchors off.
+PIPER_LEDGER_ANCHORS = os.environ.get(
+    "PIPER_LEDGER_ANCHORS", str(embedded.VAR_DIR / "ledger-anchors.json")
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL, CELERY_REDIS_URL = embedded.redis_urls()

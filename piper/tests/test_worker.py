@@ -60,6 +60,8 @@ def test_verify_chains_run_by_the_worker_reports_counts_and_the_broken_chain(cel
             }
         ],
         "events_by_agent": {"broken": 2, "intact": 3},
+        # The test settings keep no anchors file (ledger/tests/test_tasks.py does).
+        "anchors": {"file": None, "checked": 0, "moved": 0, "error": None},
     }
     assert (
         f"ERROR ledger.tasks ledger chain broken: agent broken ({broken.pk}), first break at seq 2 "

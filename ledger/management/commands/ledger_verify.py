@@ -1,9 +1,8 @@
-import json
-import os
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger.anchors import AnchorsUnreadable, anchors_read, anchors_write
 from ledger.selectors import chain_verify
 from piper.tenancy.models import Agent
 
@@ -50,25 +49,16 @@ class Command(BaseCommand):
                     f"{f' (event {brk.event_id})' if brk.event_id else ''}: {brk.reason}"
                 )
         if anchors:
-            _write_anchors(Path(anchors), kept)
+            anchors_write(Path(anchors), kept)
         if broken:
             raise CommandError(f"{broken} chain(s) broken")
 
 
 def _read_anchors(path: Path) -> dict:
-    if not path.exists():
-        return {}
     try:
-        return json.loads(path.read_text())
-    except ValueError as exc:
-        raise CommandError(f"{path} is not an anchors file: {exc}") from exc
-
-
-def _write_anchors(path: Path, anchors: dict) -> None:
-    # Written whole, then renamed: an interrupted run leaves the old anchors.
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(anchors, indent=1, sort_keys=True) + "\n")
-    os.replace(temporary, path)
+        return anchors_read(path)
+    except AnchorsUnreadable as exc:
+        raise CommandError(str(exc)) from exc
 
 
 def _is_uuid(value: str) -> bool:

@@ -60,8 +60,9 @@ PERIODIC_TASKS: tuple[Periodic, ...] = (
         name=PREFIX + "verify-ledger-chains",
         task="ledger.verify_chains",
         schedule=Cron(minute="30", hour="3"),
-        description="Nightly (03:30 UTC): walks every active agent's ledger hash chain; "
-        "logs an ERROR per broken chain.",
+        description="Nightly (03:30 UTC): walks every active agent's ledger hash chain and "
+        "checks it still holds the end the last run kept outside the database "
+        "(PIPER_LEDGER_ANCHORS); logs an ERROR per broken chain.",
         expire_seconds=6 * 3600,
     ),
     Periodic(
