@@ -78,3 +78,29 @@ def review_validated() -> None:
     deprecated = lifecycle.review_validated()
     if deprecated:
         logger.info("deprecated %d failing skill versions", len(deprecated))
+
+
+@shared_task(
+    name="skills.validation_backlog", ignore_result=True, soft_time_limit=50, time_limit=60
+)
+def validation_backlog(grace_seconds: int | None = None) -> dict:
+    """celery-beat: queue again the validations whose task was lost (Redis flushed,
+    or taken by a killed worker), and give a version whose validation finished
+    without its promotion that promotion (skills.services.runs.validation_backlog)."""
+    from django.conf import settings
+
+    from .services import runs
+
+    grace = settings.SKILLS_VALIDATION_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    done = runs.validation_backlog(grace_seconds=grace)
+    if done.requeued or done.promotions:
+        logger.info(
+            "validations queued again: %d; promotions made up: %d",
+            len(done.requeued),
+            len(done.promotions),
+        )
+    return {
+        "requeued": len(done.requeued),
+        "running": done.running,
+        "promotions": len(done.promotions),
+    }

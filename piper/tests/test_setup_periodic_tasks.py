@@ -38,6 +38,7 @@ def test_creates_the_periodic_tasks():
         "created    piper:intentions-rehearse\n"
         "created    piper:intentions-webhook-retries\n"
         "created    piper:skills-review-validated\n"
+        "created    piper:skills-validation-backlog\n"
         "created    piper:episodes-embed-backlog\n"
         "created    piper:facts-texts-backlog\n"
         "created    piper:forgetting-retention-sweep\n"
@@ -111,6 +112,13 @@ def test_creates_the_periodic_tasks():
             300,
         ),
         (
+            "piper:skills-validation-backlog",
+            "skills.validation_backlog",
+            "every 120 seconds",
+            True,
+            120,
+        ),
+        (
             "piper:verify-ledger-chains",
             "ledger.verify_chains",
             "30 3 * * * (m/h/dM/MY/d) UTC",
@@ -133,6 +141,7 @@ def test_running_twice_leaves_exactly_the_same_rows():
         "unchanged  piper:intentions-rehearse\n"
         "unchanged  piper:intentions-webhook-retries\n"
         "unchanged  piper:skills-review-validated\n"
+        "unchanged  piper:skills-validation-backlog\n"
         "unchanged  piper:episodes-embed-backlog\n"
         "unchanged  piper:facts-texts-backlog\n"
         "unchanged  piper:forgetting-retention-sweep\n"
@@ -144,7 +153,7 @@ def test_running_twice_leaves_exactly_the_same_rows():
         list(IntervalSchedule.objects.values()),
         list(CrontabSchedule.objects.values()),
     ) == schedules
-    assert len(schedules[0]) == 5 and len(schedules[1]) == 5
+    assert len(schedules[0]) == 6 and len(schedules[1]) == 5
 
 
 def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
@@ -164,6 +173,7 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
         "unchanged  piper:intentions-rehearse\n"
         "unchanged  piper:intentions-webhook-retries\n"
         "unchanged  piper:skills-review-validated\n"
+        "unchanged  piper:skills-validation-backlog\n"
         "unchanged  piper:episodes-embed-backlog\n"
         "unchanged  piper:facts-texts-backlog\n"
         "unchanged  piper:forgetting-retention-sweep\n"
@@ -185,6 +195,7 @@ def test_restores_a_changed_task_and_disables_only_its_own_stale_tasks():
         ("piper:purge-idempotency-records", True),
         ("piper:retired-job", False),
         ("piper:skills-review-validated", True),
+        ("piper:skills-validation-backlog", True),
         ("piper:verify-ledger-chains", True),
     ]
     assert PeriodicTask.objects.get(name="piper:beat-heartbeat").interval.every == 30

@@ -324,24 +324,29 @@ def consider_promotion(*, version_id: uuid.UUID) -> str | None:
             except Conflict:
                 break
             moved = version.status
-    if moved == VersionStatus.EXPERIMENTAL:
-        from .runs import validation_request
-
-        # Replay the hold-out cases (the author's check), and draw inputs the author
-        # did not choose: a passing drawn replay is evidence toward validated.
-        if version.holdout:
-            with transaction.atomic():
-                validation_request(
-                    agent=version.agent, version=version, kind=ValidationKind.HOLDOUT, actor="piper"
-                )
-        try:
-            with transaction.atomic():
-                validation_request(
-                    agent=version.agent, version=version, kind=ValidationKind.DRAWN, actor="piper"
-                )
-        except Conflict as exc:  # no validator, or a schema the drawer cannot draw from
-            logger.info("version %s gets no drawn replay: %s", version.pk, exc.message)
+        if moved == VersionStatus.EXPERIMENTAL:
+            # In the promotion's transaction: a worker killed between the two would
+            # leave an experimental version that nothing replays (worker_kill.py).
+            _request_replays(version)
     return moved
+
+
+def _request_replays(version: SkillVersion) -> None:
+    """Replay the hold-out cases (the author's check), and draw inputs the author
+    did not choose: a passing drawn replay is evidence toward validated."""
+    from .runs import validation_request
+
+    if version.holdout:
+        validation_request(
+            agent=version.agent, version=version, kind=ValidationKind.HOLDOUT, actor="piper"
+        )
+    try:
+        with transaction.atomic():
+            validation_request(
+                agent=version.agent, version=version, kind=ValidationKind.DRAWN, actor="piper"
+            )
+    except Conflict as exc:  # no validator, or a schema the drawer cannot draw from
+        logger.info("version %s gets no drawn replay: %s", version.pk, exc.message)
 
 
 def recent_success_rate(

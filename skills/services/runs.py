@@ -10,13 +10,16 @@ Finished rows are final (PostgreSQL refuses any later change).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from ledger.services import event_append, json_storage_error
@@ -185,6 +188,17 @@ def validation_run(*, validation_id: uuid.UUID) -> Validation | None:
     if validation is None:
         logger.info("validation %s is gone or finished", validation_id)
         return None
+    with _running(validation.pk) as mine:
+        if not mine:
+            # A re-delivered or re-queued task while a worker runs it: that one finishes it.
+            logger.info("validation %s is being run by another worker", validation_id)
+            return None
+        if not Validation.objects.filter(pk=validation.pk, status=ValidationStatus.QUEUED).exists():
+            return None  # finished by the worker that held the lock a moment ago
+        return _validation_run(validation)
+
+
+def _validation_run(validation: Validation) -> Validation | None:
     version = validation.version
     drawn = validation.kind == ValidationKind.DRAWN
     if drawn:
@@ -218,6 +232,85 @@ def validation_run(*, validation_id: uuid.UUID) -> Validation | None:
     if finished is not None:
         lifecycle.consider_promotion(version_id=version.pk)
     return finished
+
+
+# A session lock per validation while a worker runs it: the worker's connection
+# holds it (a killed worker's connection closes, and PostgreSQL lets it go), so
+# the reconciler can tell a validation being run from one whose task was lost.
+# The whole 64-bit hash, not piper.locks' stripes: a try-lock must not report a
+# validation busy because another one shares its stripe.
+_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
+_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
+
+
+@contextlib.contextmanager
+def _running(validation_id: uuid.UUID) -> Iterator[bool]:
+    """Hold the validation's run lock if no one else does; yields whether it was taken."""
+    key = f"skills:validation:{validation_id}"
+    with connection.cursor() as cursor:
+        cursor.execute(_TRY_LOCK, [key])
+        taken = bool(cursor.fetchone()[0])
+    try:
+        yield taken
+    finally:
+        if taken:
+            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+                cursor.execute(_UNLOCK, [key])
+
+
+@dataclass
+class ValidationBacklog:
+    requeued: list[uuid.UUID]
+    running: int
+    promotions: list[uuid.UUID]
+
+
+def validation_backlog(*, grace_seconds: int, limit: int = 500) -> ValidationBacklog:
+    """The reconciler of validations (beat: skills.validation_backlog).
+
+    A validation's task goes to the broker after its request commits, and a
+    lost one — Redis flushed, or taken by a worker that was killed (acks_late
+    gives it back only after the visibility timeout, an hour) — left it queued,
+    the version waiting on it. Re-derived from PostgreSQL: every validation still
+    queued `grace_seconds` after its request that no worker is running now (its
+    run lock is free) is queued again; running it twice is harmless (the finish
+    is a compare-and-set from queued, and a second delivery while one runs steps
+    aside). And a version left in candidate or experimental with a validation
+    passed in the day before the grace began is given its promotion again: a worker killed
+    between the finish and the promotion left it undone (consider_promotion only
+    moves as far as the evidence allows, so asking again is harmless)."""
+    cutoff = timezone.now() - timedelta(seconds=grace_seconds)
+    stale = list(
+        Validation.objects.filter(status=ValidationStatus.QUEUED, created_at__lt=cutoff)
+        .order_by("id")
+        .values_list("pk", flat=True)[:limit]
+    )
+    requeued, running = [], 0
+    for validation_id in stale:
+        with _running(validation_id) as free:
+            pass
+        if not free:
+            running += 1
+            continue
+        _enqueue_validation(validation_id)
+        requeued.append(validation_id)
+    unpromoted = list(
+        SkillVersion.objects.filter(
+            status__in=(VersionStatus.CANDIDATE, VersionStatus.EXPERIMENTAL),
+            validations__status=ValidationStatus.PASSED,
+            validations__finished_at__lt=cutoff,
+            validations__finished_at__gte=cutoff - timedelta(days=1),
+        )
+        .distinct()
+        .order_by("id")
+        .values_list("pk", flat=True)[:limit]
+    )
+    promotions = [
+        version_id
+        for version_id in unpromoted
+        if lifecycle.consider_promotion(version_id=version_id) is not None
+    ]
+    return ValidationBacklog(requeued=requeued, running=running, promotions=promotions)
 
 
 def validation_fail(*, validation_id: uuid.UUID, error: str) -> Validation | None:
