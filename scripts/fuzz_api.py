@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _harness import machine, migrate, setup_django  # noqa: E402
+from _harness import load_average, machine, migrate, setup_django  # noqa: E402
 
 
 def main() -> int:
@@ -34,15 +34,22 @@ def main() -> int:
     setup_django()
     migrate()
     from piper.api.fuzzing import fuzz_api
-    from piper.tenancy.models import Scope
+    from piper.tenancy.models import MAX_RATE_PER_MINUTE, Scope
     from piper.tenancy.services import agent_create, api_key_create
 
     agent = agent_create(name=f"fuzz-{uuid.uuid4().hex[:8]}", is_throwaway=True)
-    _, raw = api_key_create(agent=agent, name="fuzz", scopes=(Scope.READ, Scope.WRITE, Scope.ADMIN))
+    # Unthrottled: a 429 would stand in for the answer the generated input deserves.
+    _, raw = api_key_create(
+        agent=agent,
+        name="fuzz",
+        scopes=(Scope.READ, Scope.WRITE, Scope.ADMIN),
+        rate_per_minute=MAX_RATE_PER_MINUTE,
+    )
+    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {load_average()}", flush=True)
     started = time.perf_counter()
     report = fuzz_api(raw, examples=args.examples, derandomize=not args.random)
     seconds = time.perf_counter() - started
-    print(f"# {machine()} · {args.examples} examples per operation")
+    print(f"# {machine()} · {args.examples} examples per operation; after: {load_average()}")
     print(
         f"{report.operations} operations, {report.requests} requests in {seconds:.0f} s; "
         f"statuses {dict(sorted(report.statuses.items()))}"
