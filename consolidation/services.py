@@ -250,8 +250,12 @@ def consolidation_run_step(
     """
     extractors = tuple(extractors) if extractors is not None else load_extractors()
     with transaction.atomic():
+        # The run's row only (of): a plain FOR UPDATE would lock the joined agent's row
+        # too, for the whole step, and every insert of the agent's (a foreign key's
+        # KEY SHARE) would wait for the step — and deadlock with it over the ledger
+        # chain (scripts/chaos/worker_kill.py).
         run = (
-            ConsolidationRun.objects.select_for_update()
+            ConsolidationRun.objects.select_for_update(of=("self",))
             .select_related("agent")
             .filter(pk=run_id)
             .first()

@@ -244,7 +244,8 @@ def _promote_locked(version: SkillVersion, reason: str, actor: str) -> None:
 
 def _supersede_older(version: SkillVersion, actor: str) -> None:
     older = (
-        SkillVersion.objects.select_for_update()
+        # The versions' rows only: not the agent's (consolidation.services' run step).
+        SkillVersion.objects.select_for_update(of=("self",))
         .select_related("agent")
         .filter(skill_id=version.skill_id, number__lt=version.number)
         .filter(
