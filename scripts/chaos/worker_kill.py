@@ -17,11 +17,30 @@ for `--min-up` seconds — SIGKILL to its process group, the pool child with
 it: no warm shutdown, no acknowledgement (acks_late) — and starts another;
 one kill in `--beat-every` is of a beat instead.
 
+Consolidation and skill validation run through the kills too
+(scripts/chaos/_derived.py): `--statements` episodes state who owns one of 40
+services (facts consolidation: candidate facts, asserted), `--traces` verified
+skill traces of two procedures (skills consolidation: candidate skills, each a
+version the sandbox validates), and `--skills` skills are made through the
+API (each validated on its examples, then replayed on its hold-out cases and
+drawn inputs), and `--consolidations` runs are asked for through the API
+(POST /consolidation/runs, which queues the task), at random moments; beat
+runs `consolidation.consolidate_due`
+every 5 s (a run whose worker died is resumed after 20 s) and the validations
+reconciler `skills.validation_backlog` every 10 s (grace 20 s); consolidation
+runs step 25 episodes at a time, 10 s a task.
+
 Checked: each intention whose moment came has exactly one Firing, one
 `intention.fired` event and one transition to due, and is due; those whose
-moment did not come have none; every episode has its vector; the agent's
-hash chain verifies; after the run no worker or beat process is left and
-none of this script's children is a zombie.
+moment did not come have none; every episode has its vector; every
+consolidation run succeeded, once, over contiguous ranges, reading every
+episode and trace exactly once; each stated claim is one candidate with
+exactly its episodes as evidence and one believed fact; each procedure one
+candidate skill with exactly its traces; every validation finished exactly
+once (one finish event, its cases stored once), every version promoted once
+with its replays requested once; the agent's hash chain verifies; after the
+run no worker or beat process is left and none of this script's children is
+a zombie.
 
     .venv/bin/python scripts/chaos/worker_kill.py        # 3 workers, 2 beats, ~110 kills
     .venv/bin/python scripts/chaos/worker_kill.py --workers 4 --intentions 3000 --spread 240
@@ -45,6 +64,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _derived  # noqa: E402
 import _faults  # noqa: E402
 import _stack  # noqa: E402
 
@@ -124,8 +144,19 @@ class Proc:
         return self.process is not None and self.process.poll() is None
 
 
+# Consolidation and the validations reconciler on a run's time scale (the
+# workers and beat read these at start).
+DERIVED_ENV = {
+    "CONSOLIDATION_STALE_SECONDS": "20",
+    "CONSOLIDATION_BATCH_SIZE": "25",
+    "CONSOLIDATION_TASK_BUDGET_SECONDS": "10",
+}
+
+
 def configure_beat() -> list[str]:
     _faults.BEAT_TASKS["piper:intentions-engine"] = (2, {})
+    _faults.BEAT_TASKS["piper:consolidation-due"] = (5, {})
+    _faults.BEAT_TASKS["piper:skills-validation-backlog"] = (10, {"grace_seconds": 20})
     return _faults.configure_beat()
 
 
@@ -168,6 +199,10 @@ def cues(server, key, args, stop: threading.Event, sent: dict) -> None:
         [("signal", k) for k in range(SIGNALS)]
         + [("down", k) for k in range(SERVICES)]
         + [("episode", k) for k in range(args.episodes)]
+        + [("statement", k) for k in range(args.statements)]
+        + [("trace", k) for k in range(args.traces)]
+        + [("skill", k) for k in range(args.skills)]
+        + [("consolidate", k) for k in range(args.consolidations)]
     )
     rng.shuffle(plan)
     pause = (args.spread - 10) / max(len(plan), 1)
@@ -187,6 +222,18 @@ def cues(server, key, args, stop: threading.Event, sent: dict) -> None:
                     "source_type": "observation",
                 }
                 path = "/api/v1/facts"
+            elif kind == "statement":
+                body = _derived.statement_episode(k, datetime.now(UTC).isoformat())
+                path = "/api/v1/episodes"
+            elif kind == "trace":
+                body = _derived.trace_body(k)[1]
+                path = "/api/v1/skills/traces"
+            elif kind == "skill":
+                body = _derived.skill_body(k)
+                path = "/api/v1/skills"
+            elif kind == "consolidate":  # a client asks for a run (202, or 200: nothing new)
+                body = {"kind": ("facts", "skills", "duplicates")[k % 3]}
+                path = "/api/v1/consolidation/runs"
             else:
                 body = {
                     "occurred_at": datetime.now(UTC).isoformat(),
@@ -199,6 +246,20 @@ def cues(server, key, args, stop: threading.Event, sent: dict) -> None:
                 http, kind, label, "POST", path, body, f"cue-{label}"
             )
             sent.setdefault(kind, []).append((k, reply.status, time.time()))
+
+
+def unacknowledged(redis) -> Counter:
+    """The tasks killed workers took and never acknowledged, by name (kombu keeps
+    each in the `unacked` hash as [message, exchange, routing key])."""
+    import json
+
+    names = Counter()
+    for raw in redis.hvals("unacked"):
+        try:
+            names[json.loads(raw)[0]["headers"]["task"]] += 1
+        except (ValueError, KeyError, IndexError, TypeError):
+            names["?"] += 1
+    return names
 
 
 def leftovers(name: str) -> list[str]:
@@ -312,6 +373,12 @@ def main() -> int:
     parser.add_argument("--intentions", type=int, default=2000, help="time-triggered, due")
     parser.add_argument("--spread", type=float, default=180, help="seconds they come due over")
     parser.add_argument("--episodes", type=int, default=200)
+    parser.add_argument("--statements", type=int, default=80, help="episodes stating a fact")
+    parser.add_argument("--traces", type=int, default=12, help="verified skill traces")
+    parser.add_argument("--skills", type=int, default=16, help="skills made through the API")
+    parser.add_argument(
+        "--consolidations", type=int, default=12, help="runs asked for through the API"
+    )
     parser.add_argument("--kill-every", type=float, default=1.6)
     parser.add_argument("--min-up", type=float, default=3, help="a worker is killed once up")
     parser.add_argument("--beat-every", type=int, default=10, help="one kill in N is a beat's")
@@ -320,6 +387,8 @@ def main() -> int:
     args = parser.parse_args()
     name = "worker-kill"
     violations: list[str] = []
+    for variable, value in DERIVED_ENV.items():
+        os.environ.setdefault(variable, value)
     with _stack.private_services(name) as (_postgres, _redis, note):
         _stack.setup_django()
         beat_tasks = configure_beat()
@@ -343,7 +412,9 @@ def main() -> int:
                     f"due over {args.spread:.0f} s, {len(made['event'])} on {SIGNALS} signals, "
                     f"{len(made['state'])} on {SERVICES} services down, {len(made['never'])} "
                     f"whose moment never comes (made in {made_s:.0f} s); {args.episodes} "
-                    f"episodes; a kill every {args.kill_every} s",
+                    f"episodes, {args.statements} stating a fact, {args.traces} skill traces, "
+                    f"{args.skills} skills, {args.consolidations} consolidations asked for; a kill "
+                    f"every {args.kill_every} s",
                 ),
                 flush=True,
             )
@@ -371,19 +442,21 @@ def main() -> int:
                 cue_thread.join(timeout=args.spread)
                 # acks_late: what a killed worker had taken stays unacknowledged (until
                 # the visibility timeout, an hour): the kills that cut a task short.
-                unacked = _redis.client().hlen("unacked")
+                cut_short = unacknowledged(_redis.client())
                 print(
                     f"-- kill phase over: {kills['worker']} workers and {kills['beat']} beats "
-                    f"killed (SIGKILL) and restarted; {unacked} tasks taken by a killed "
-                    "worker and never acknowledged",
+                    f"killed (SIGKILL) and restarted; {sum(cut_short.values())} tasks taken by "
+                    f"a killed worker and never acknowledged: {dict(cut_short.most_common())}",
                     flush=True,
                 )
                 settle_start = time.monotonic()
                 expected = len(made["time"])
                 from intentions.models import Firing
 
+                print(f"   pending then: {_derived.pending(agent)}", flush=True)
                 while time.monotonic() - settle_start < args.settle:
                     left = _faults.derived_backlog(agent)["episodes without a vector"]
+                    left += sum(_derived.pending(agent).values())
                     fired = Firing.objects.filter(
                         intention_id__in=[i for i, _ in made["time"]]
                     ).count()
@@ -399,7 +472,10 @@ def main() -> int:
                 f"{kind} {status}" for kind, got in sent.items() for _, status, _ in got
             )
             print(f"-- cues sent: {dict(cue_answers)}")
-            if any(not k.endswith(" 201") for k in cue_answers):
+            if any(
+                not (k.endswith(" 201") or k in ("consolidate 200", "consolidate 202"))
+                for k in cue_answers
+            ):
                 violations.append(f"a cue was not accepted: {dict(cue_answers)}")
             if kills["worker"] < 100:
                 print(f"   note: {kills['worker']} worker kills, fewer than 100")
@@ -412,6 +488,14 @@ def main() -> int:
             print(f"-- derived work left: {backlog}")
             if backlog["episodes without a vector"]:
                 violations.append(f"episodes left without a vector: {backlog}")
+            left = _derived.pending(agent)
+            print(f"-- consolidation and validation left: {left}")
+            violations += [f"left undone: {n} {what}" for what, n in left.items() if n]
+            figures, found = _derived.check(agent, sent)
+            violations += found
+            print("-- consolidation and skill validation")
+            for label, value in figures.items():
+                print(f"   {label}: {value}")
             time.sleep(1)
             left = leftovers(name)
             print(f"-- processes left behind: {len(left)}")
