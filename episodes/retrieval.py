@@ -793,13 +793,18 @@ _SHARED_SQL = (
 )
 
 
+# The column is varchar[] and is compared as such, so its GIN index can answer:
+# cast to text[], the planner could only scan every row.
+ENTITY_MATCH_SQL = "e.entities && %(entities)s::varchar[]"
+
+
 def _entity_cte(spec: _Spec, entities: Sequence[str], k: int) -> str:
     spec.params.update(entities=list(entities), k_ent=k)
     return f"""
 entity_hits AS MATERIALIZED (
     SELECT e.id, {_SHARED_SQL} AS shared
       FROM {spec.table} e
-     WHERE {spec.live_where_sql} AND e.entities::text[] && %(entities)s::text[]
+     WHERE {spec.live_where_sql} AND {ENTITY_MATCH_SQL}
      ORDER BY shared DESC, e.occurred_at DESC, e.id
      LIMIT %(k_ent)s
 )"""

@@ -209,6 +209,25 @@ def test_shared_entities_boost_and_bring_in_candidates(agent_a):
     assert "shared_entities" not in without.hits[0].signals
 
 
+def test_the_entity_list_can_read_the_entities_index(agent_a):
+    # Compared in another type than the column's, the entity condition can only
+    # be answered by scanning every row (at 100k episodes, most of a context
+    # call). With sequential scans priced out, the plan shows whether the GIN
+    # index is usable at all.
+    record(agent_a, summary="Rotated the keys", entities=["payments-api"], embedding=topic(7))
+    with CaptureQueriesContext(connection) as queries:
+        search(agent_a, "keys", vector=topic(7), filters=SearchFilters(entities=("payments-api",)))
+    assert any(retrieval.ENTITY_MATCH_SQL.split(" %")[0] in q["sql"] for q in queries)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            f"EXPLAIN SELECT e.id FROM episodes_episode e WHERE {retrieval.ENTITY_MATCH_SQL}",
+            {"entities": ["payments-api"]},
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "episodes_entities_gin" in plan, plan
+
+
 # ------------------------------------------------------------------ filters
 
 
