@@ -84,23 +84,26 @@ def review_validated() -> None:
     name="skills.validation_backlog", ignore_result=True, soft_time_limit=50, time_limit=60
 )
 def validation_backlog(grace_seconds: int | None = None) -> dict:
-    """celery-beat: queue again the validations whose task was lost (Redis flushed,
-    or taken by a killed worker), and give a version whose validation finished
-    without its promotion that promotion (skills.services.runs.validation_backlog)."""
+    """celery-beat: queue again the validations and executions whose task was lost
+    (Redis flushed, or taken by a killed worker), and give a version whose
+    validation finished without its promotion that promotion
+    (skills.services.runs.validation_backlog)."""
     from django.conf import settings
 
     from .services import runs
 
     grace = settings.SKILLS_VALIDATION_GRACE_SECONDS if grace_seconds is None else grace_seconds
     done = runs.validation_backlog(grace_seconds=grace)
-    if done.requeued or done.promotions:
+    if done.requeued or done.promotions or done.executions_requeued:
         logger.info(
-            "validations queued again: %d; promotions made up: %d",
+            "validations queued again: %d; promotions made up: %d; executions queued again: %d",
             len(done.requeued),
             len(done.promotions),
+            len(done.executions_requeued),
         )
     return {
         "requeued": len(done.requeued),
         "running": done.running,
         "promotions": len(done.promotions),
+        "executions_requeued": len(done.executions_requeued),
     }

@@ -244,9 +244,10 @@ _UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
 
 
 @contextlib.contextmanager
-def _running(validation_id: uuid.UUID) -> Iterator[bool]:
-    """Hold the validation's run lock if no one else does; yields whether it was taken."""
-    key = f"skills:validation:{validation_id}"
+def _running(validation_id: uuid.UUID, kind: str = "validation") -> Iterator[bool]:
+    """Hold the validation's (execution's) run lock if no one else does; yields
+    whether it was taken."""
+    key = f"skills:{kind}:{validation_id}"
     with connection.cursor() as cursor:
         cursor.execute(_TRY_LOCK, [key])
         taken = bool(cursor.fetchone()[0])
@@ -263,10 +264,11 @@ class ValidationBacklog:
     requeued: list[uuid.UUID]
     running: int
     promotions: list[uuid.UUID]
+    executions_requeued: list[uuid.UUID]
 
 
 def validation_backlog(*, grace_seconds: int, limit: int = 500) -> ValidationBacklog:
-    """The reconciler of validations (beat: skills.validation_backlog).
+    """The reconciler of validations and executions (beat: skills.validation_backlog).
 
     A validation's task goes to the broker after its request commits, and a
     lost one — Redis flushed, or taken by a worker that was killed (acks_late
@@ -310,7 +312,24 @@ def validation_backlog(*, grace_seconds: int, limit: int = 500) -> ValidationBac
         for version_id in unpromoted
         if lifecycle.consider_promotion(version_id=version_id) is not None
     ]
-    return ValidationBacklog(requeued=requeued, running=running, promotions=promotions)
+    # Executions the same way: the sandbox's tools only read, so a second run is
+    # harmless, and the finish is a compare-and-set from queued.
+    executions = []
+    for execution_id in (
+        Execution.objects.filter(status=ExecutionStatus.QUEUED, created_at__lt=cutoff)
+        .order_by("id")
+        .values_list("pk", flat=True)[:limit]
+    ):
+        with _running(execution_id, "execution") as free:
+            pass
+        if not free:
+            running += 1
+            continue
+        _enqueue_execution(execution_id)
+        executions.append(execution_id)
+    return ValidationBacklog(
+        requeued=requeued, running=running, promotions=promotions, executions_requeued=executions
+    )
 
 
 def validation_fail(*, validation_id: uuid.UUID, error: str) -> Validation | None:
@@ -494,6 +513,16 @@ def execution_run(*, execution_id: uuid.UUID) -> Execution | None:
     if execution is None:
         logger.info("execution %s is gone or finished", execution_id)
         return None
+    with _running(execution.pk, "execution") as mine:
+        if not mine:
+            logger.info("execution %s is being run by another worker", execution_id)
+            return None
+        if not Execution.objects.filter(pk=execution.pk, status=ExecutionStatus.QUEUED).exists():
+            return None  # finished by the worker that held the lock a moment ago
+        return _execution_run(execution)
+
+
+def _execution_run(execution: Execution) -> Execution | None:
     result = _run(execution.version, execution.params)
     verdict, validator_passed = _verdict(result)
     return _finish_execution(

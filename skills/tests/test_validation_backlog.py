@@ -13,7 +13,14 @@ from django.db import connection
 
 from ledger.models import Event
 from skills import tasks
-from skills.models import Validation, ValidationKind, ValidationStatus, VersionStatus
+from skills.models import (
+    Execution,
+    ExecutionStatus,
+    Validation,
+    ValidationKind,
+    ValidationStatus,
+    VersionStatus,
+)
 from skills.services import runs
 from skills.tests.factories import make_skill
 
@@ -48,6 +55,7 @@ def test_a_lost_validation_is_queued_again_and_a_real_worker_runs_it_once(
         "requeued": 0,
         "running": 0,
         "promotions": 0,
+        "executions_requeued": 0,
     }
     # The fixture's no-op is undone for the reconciler: it queues the real task.
     from pytest import MonkeyPatch
@@ -128,3 +136,40 @@ def test_a_promotion_lost_after_the_finish_is_made_up_with_its_replays(
     assert holdout.pk in lost_tasks
     # Made up once: the next sweep has nothing to promote.
     assert runs.validation_backlog(grace_seconds=0).promotions == []
+
+
+def test_a_lost_execution_is_queued_again_and_run_once(
+    monkeypatch, other_session, in_process_sandbox
+):
+    version = make_skill()
+    lost = []
+    monkeypatch.setattr(runs, "_enqueue_execution", lost.append)
+    execution = runs.execution_request(
+        agent=version.agent,
+        version_id=version.pk,
+        data=runs.ExecuteInput(params={"record": "A-1"}, allow_unvalidated=True),
+    )
+    assert lost == [execution.pk]
+    assert runs.validation_backlog(grace_seconds=600).executions_requeued == []
+    # A worker running it holds its lock: left to it; a second delivery steps aside.
+    key = f"skills:execution:{execution.pk}"
+    other_session.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [key])
+    assert runs.validation_backlog(grace_seconds=0).executions_requeued == []
+    assert runs.execution_run(execution_id=execution.pk) is None
+    other_session.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
+
+    ran = []
+    monkeypatch.setattr(
+        runs, "_enqueue_execution", lambda pk: ran.append(runs.execution_run(execution_id=pk))
+    )
+    assert runs.validation_backlog(grace_seconds=0).executions_requeued == [execution.pk]
+    execution.refresh_from_db()
+    assert (execution.status, execution.succeeded) == (ExecutionStatus.FINISHED, True)
+    assert (
+        Event.objects.filter(
+            event_type="skill.execution_finished", payload__execution_id=str(execution.pk)
+        ).count()
+        == 1
+    )
+    assert runs.validation_backlog(grace_seconds=0).executions_requeued == []
+    assert Execution.objects.filter(pk=execution.pk, status=ExecutionStatus.QUEUED).count() == 0

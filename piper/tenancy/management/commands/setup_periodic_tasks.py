@@ -99,9 +99,9 @@ PERIODIC_TASKS: tuple[Periodic, ...] = (
         name=PREFIX + "skills-validation-backlog",
         task="skills.validation_backlog",
         schedule=Every(seconds=settings.SKILLS_VALIDATION_BACKLOG_SECONDS),
-        description="Queues again the skill validations a lost task left queued (older than "
-        "SKILLS_VALIDATION_GRACE_SECONDS, no worker running them), and makes up the "
-        "promotion of a version whose validation finished without it.",
+        description="Queues again the skill validations and executions a lost task left "
+        "queued (older than SKILLS_VALIDATION_GRACE_SECONDS, no worker running them), and "
+        "makes up the promotion of a version whose validation finished without it.",
         expire_seconds=settings.SKILLS_VALIDATION_BACKLOG_SECONDS,
     ),
     Periodic(
