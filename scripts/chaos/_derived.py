@@ -8,9 +8,10 @@ a session of its own, so each is a source of its own) become candidate facts in
 procedures become candidate skills in `skills` runs, each a candidate version
 whose examples the sandbox validates; skills created through the API are
 validated on their examples, then replayed on their hold-out cases and on
-drawn inputs. Runs are resumed by `consolidation.consolidate_due` (beat) once
-their worker is gone; lost validations are queued again by
-`skills.validation_backlog` (beat).
+drawn inputs, and run in the sandbox on request. Runs are resumed by
+`consolidation.consolidate_due` (beat) once their worker is gone; lost
+validations and executions are queued again by `skills.validation_backlog`
+(beat).
 """
 
 from __future__ import annotations
@@ -113,11 +114,14 @@ def pending(agent) -> dict[str, int]:
     from consolidation.models import ConsolidationRun, RunKind, RunStatus
     from consolidation.selectors import READS
     from ledger.models import Event
-    from skills.models import Validation, ValidationStatus
+    from skills.models import Execution, ExecutionStatus, Validation, ValidationStatus
 
     left = {
         "validations queued": Validation.objects.filter(
             agent=agent, status=ValidationStatus.QUEUED
+        ).count(),
+        "executions queued": Execution.objects.filter(
+            agent=agent, status=ExecutionStatus.QUEUED
         ).count(),
         "consolidation runs running": ConsolidationRun.objects.filter(
             agent=agent, status=RunStatus.RUNNING
@@ -156,7 +160,42 @@ def check(agent, sent: dict) -> tuple[dict, list[str]]:
     validation_figures, found = _check_validations(agent, sent)
     figures.update(validation_figures)
     violations += found
+    execution_figures, found = _check_executions(agent, sent)
+    figures.update(execution_figures)
+    violations += found
     return figures, violations
+
+
+def _check_executions(agent, sent: dict) -> tuple[dict, list[str]]:
+    """Every sandbox run asked for finished exactly once, and succeeded."""
+    from ledger.models import Event
+    from skills.models import Execution, ExecutionSource
+
+    violations = []
+    asked = sum(1 for _, status, _ in sent.get("execute", []) if status == 202)
+    executions = list(Execution.objects.filter(agent=agent, source=ExecutionSource.SANDBOX))
+    events = {
+        kind: Counter(
+            Event.objects.filter(agent=agent, event_type=kind).values_list(
+                "payload__execution_id", flat=True
+            )
+        )
+        for kind in ("skill.execution_requested", "skill.execution_finished")
+    }
+    if len(executions) != asked:
+        violations.append(f"{len(executions)} sandbox executions for {asked} asked for")
+    for e in executions:
+        requested = events["skill.execution_requested"][str(e.pk)]
+        finished = events["skill.execution_finished"][str(e.pk)]
+        if e.status != "finished" or not e.succeeded:
+            violations.append(f"execution {e.pk} {e.status} {e.outcome}: {e.error[:200]}")
+        if (requested, finished) != (1, 1):
+            violations.append(f"execution {e.pk}: {requested} requested, {finished} finished")
+    return {
+        "sandbox executions asked for / finished once": f"{asked} / "
+        f"{sum(1 for e in executions if e.status == 'finished')} "
+        f"({sum(1 for e in executions if e.succeeded)} succeeded)"
+    }, violations
 
 
 def _check_runs(agent) -> tuple[dict, list[str]]:

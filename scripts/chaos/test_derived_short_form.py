@@ -5,6 +5,7 @@ run is left mid-way as a killed worker leaves it (a step committed, its
 heartbeat old). What celery-beat runs then — consolidate_due's resumption and
 the validations reconciler — gets every piece done exactly once, and the same
 checks as the full run pass; before it, they fail. A few seconds.
+Sandbox executions asked for are lost and re-queued the same way.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ import _derived  # noqa: E402
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def send(client, sent: dict, kind: str, k: int, path: str, body: dict) -> None:
+def send(client, sent: dict, kind: str, k: int, path: str, body: dict, status: int = 201):
     answer = client.post(path, body, format="json")
-    assert answer.status_code == 201, answer.json()
+    assert answer.status_code == status, answer.json()
     sent.setdefault(kind, []).append((k, answer.status_code, 0.0))
+    return answer.json()
 
 
 def test_lost_consolidation_and_validation_tasks_are_done_once_by_the_reconcilers(
@@ -52,7 +54,10 @@ def test_lost_consolidation_and_validation_tasks_are_done_once_by_the_reconciler
     for k in range(6):
         send(client, sent, "trace", k, "/api/v1/skills/traces", _derived.trace_body(k)[1])
     for k in range(2):
-        send(client, sent, "skill", k, "/api/v1/skills", _derived.skill_body(k))
+        made = send(client, sent, "skill", k, "/api/v1/skills", _derived.skill_body(k))
+        execute = f"/api/v1/skills/versions/{made['versions'][0]['id']}/execute"
+        body = {"params": {"record": f"X-{k}"}, "allow_unvalidated": True}
+        send(client, sent, "execute", k, execute, body, status=202)
 
     # A facts run's worker was killed after its first step: the run is left running.
     run = consolidation_run_start(agent=agent, kind=RunKind.FACTS)
@@ -61,9 +66,11 @@ def test_lost_consolidation_and_validation_tasks_are_done_once_by_the_reconciler
         heartbeat_at=timezone.now() - timedelta(minutes=5)
     )
     left = _derived.pending(agent)
-    assert left["validations queued"] == 2 and left["consolidation runs running"] == 1
+    assert (left["validations queued"], left["executions queued"]) == (2, 2)
+    assert left["consolidation runs running"] == 1
     _, violations = _derived.check(agent, sent)
     assert any("still queued" in v for v in violations)
+    assert any("execution" in v and "queued" in v for v in violations)
     assert any("ended running" in v for v in violations)
 
     # celery-beat: consolidate_due finds the agent (a stale run, new events) and
@@ -73,6 +80,7 @@ def test_lost_consolidation_and_validation_tasks_are_done_once_by_the_reconciler
     monkeypatch.setattr(
         runs, "_enqueue_validation", lambda pk: skill_tasks.validate_version(str(pk))
     )
+    monkeypatch.setattr(runs, "_enqueue_execution", lambda pk: skill_tasks.execute_version(str(pk)))
     for _ in range(2):  # two cycles of beat: the second finds nothing left
         for kind in RunKind.values:
             if agent.pk in agents_due(kind=kind, stale_seconds=60):
@@ -81,6 +89,7 @@ def test_lost_consolidation_and_validation_tasks_are_done_once_by_the_reconciler
 
     assert _derived.pending(agent) == {
         "validations queued": 0,
+        "executions queued": 0,
         "consolidation runs running": 0,
         "facts events not consolidated": 0,
         "duplicates events not consolidated": 0,

@@ -24,7 +24,8 @@ skill traces of two procedures (skills consolidation: candidate skills, each a
 version the sandbox validates), and `--skills` skills are made through the
 API (each validated on its examples, then replayed on its hold-out cases and
 drawn inputs), and `--consolidations` runs are asked for through the API
-(POST /consolidation/runs, which queues the task), at random moments; beat
+(POST /consolidation/runs, which queues the task) and `--executions` sandbox
+runs of those skills (POST …/execute), at random moments; beat
 runs `consolidation.consolidate_due`
 every 5 s (a run whose worker died is resumed after 20 s) and the validations
 reconciler `skills.validation_backlog` every 10 s (grace 20 s); consolidation
@@ -38,7 +39,7 @@ episode and trace exactly once; each stated claim is one candidate with
 exactly its episodes as evidence and one believed fact; each procedure one
 candidate skill with exactly its traces; every validation finished exactly
 once (one finish event, its cases stored once), every version promoted once
-with its replays requested once; the agent's hash chain verifies; after the
+with its replays requested once; every execution finished exactly once; the agent's hash chain verifies; after the
 run no worker or beat process is left and none of this script's children is
 a zombie.
 
@@ -203,9 +204,11 @@ def cues(server, key, args, stop: threading.Event, sent: dict) -> None:
         + [("trace", k) for k in range(args.traces)]
         + [("skill", k) for k in range(args.skills)]
         + [("consolidate", k) for k in range(args.consolidations)]
+        + [("execute", k) for k in range(args.executions)]
     )
     rng.shuffle(plan)
     pause = (args.spread - 10) / max(len(plan), 1)
+    versions: list[str] = []  # of the skills made so far
     with _stack.client(server.url, key) as http:
         for kind, k in plan:
             if stop.wait(pause):
@@ -231,6 +234,12 @@ def cues(server, key, args, stop: threading.Event, sent: dict) -> None:
             elif kind == "skill":
                 body = _derived.skill_body(k)
                 path = "/api/v1/skills"
+            elif kind == "execute":  # a run in the sandbox of a skill made earlier (202)
+                if not versions:
+                    sent.setdefault("execute skipped", []).append((k, 0, time.time()))
+                    continue
+                body = {"params": {"record": f"X-{k}"}, "allow_unvalidated": True}
+                path = f"/api/v1/skills/versions/{versions[k % len(versions)]}/execute"
             elif kind == "consolidate":  # a client asks for a run (202, or 200: nothing new)
                 body = {"kind": ("facts", "skills", "duplicates")[k % 3]}
                 path = "/api/v1/consolidation/runs"
@@ -246,6 +255,8 @@ def cues(server, key, args, stop: threading.Event, sent: dict) -> None:
                 http, kind, label, "POST", path, body, f"cue-{label}"
             )
             sent.setdefault(kind, []).append((k, reply.status, time.time()))
+            if kind == "skill" and reply.status == 201:
+                versions.append(reply.body["versions"][0]["id"])
 
 
 def unacknowledged(redis) -> Counter:
@@ -379,6 +390,7 @@ def main() -> int:
     parser.add_argument(
         "--consolidations", type=int, default=12, help="runs asked for through the API"
     )
+    parser.add_argument("--executions", type=int, default=24, help="sandbox runs asked for")
     parser.add_argument("--kill-every", type=float, default=1.6)
     parser.add_argument("--min-up", type=float, default=3, help="a worker is killed once up")
     parser.add_argument("--beat-every", type=int, default=10, help="one kill in N is a beat's")
@@ -413,7 +425,8 @@ def main() -> int:
                     f"{len(made['state'])} on {SERVICES} services down, {len(made['never'])} "
                     f"whose moment never comes (made in {made_s:.0f} s); {args.episodes} "
                     f"episodes, {args.statements} stating a fact, {args.traces} skill traces, "
-                    f"{args.skills} skills, {args.consolidations} consolidations asked for; a kill "
+                    f"{args.skills} skills, {args.consolidations} consolidations and "
+                    f"{args.executions} sandbox runs asked for; a kill "
                     f"every {args.kill_every} s",
                 ),
                 flush=True,
@@ -472,10 +485,8 @@ def main() -> int:
                 f"{kind} {status}" for kind, got in sent.items() for _, status, _ in got
             )
             print(f"-- cues sent: {dict(cue_answers)}")
-            if any(
-                not (k.endswith(" 201") or k in ("consolidate 200", "consolidate 202"))
-                for k in cue_answers
-            ):
+            fine = ("consolidate 200", "consolidate 202", "execute 202", "execute skipped 0")
+            if any(not (k.endswith(" 201") or k in fine) for k in cue_answers):
                 violations.append(f"a cue was not accepted: {dict(cue_answers)}")
             if kills["worker"] < 100:
                 print(f"   note: {kills['worker']} worker kills, fewer than 100")
