@@ -422,7 +422,7 @@ def _rare(cursor, agent_id: uuid.UUID, lexemes: list[str]) -> list[str]:
     return [lexeme for lexeme, n in cursor.fetchall() if n < COMMON_TERM_TEXTS]
 
 
-def _text_ranked(agent: Agent, query: str, limit: int) -> list[tuple[uuid.UUID, float]]:
+def _text_ranked(agent: Agent, query: str, limit: int) -> list[tuple[uuid.UUID, uuid.UUID, float]]:
     # Any of the query's words, not all of them ("when is our deployment window
     # now" must reach a text without "now"): plainto_tsquery's & becomes |. A text
     # matches through a word that is not common; when every word is common, it
@@ -435,16 +435,16 @@ def _text_ranked(agent: Agent, query: str, limit: int) -> list[tuple[uuid.UUID, 
         match = " | ".join(_quoted(x) for x in rare) or " & ".join(_quoted(x) for x in lexemes)
         cursor.execute(
             """
-            SELECT t.id, ts_rank_cd(t.search_vector, q.q, 1)
+            SELECT t.id, t.subject_id, ts_rank_cd(t.search_vector, q.q, 1)
               FROM facts_facttext t,
                    (SELECT replace(plainto_tsquery('english', %s)::text, '&', '|')::tsquery AS q) q
              WHERE t.agent_id = %s AND t.search_vector @@ %s::tsquery
-             ORDER BY 2 DESC, t.id
+             ORDER BY 3 DESC, t.id
              LIMIT %s
             """,
             [query, agent.pk, match, limit],
         )
-        return [(row[0], float(row[1])) for row in cursor.fetchall()]
+        return [(row[0], row[1], float(row[2])) for row in cursor.fetchall()]
 
 
 def _quoted(lexeme: str) -> str:
@@ -454,7 +454,7 @@ def _quoted(lexeme: str) -> str:
 
 def _vector_ranked(
     agent: Agent, embedding: Sequence[float], limit: int
-) -> list[tuple[uuid.UUID, float]]:
+) -> list[tuple[uuid.UUID, uuid.UUID, float]]:
     vector = _vector_literal(embedding)
     with transaction.atomic(), connection.cursor() as cursor:
         # An HNSW scan filtered to one agent can stop short of `limit` rows;
@@ -468,7 +468,7 @@ def _vector_ranked(
         try:
             cursor.execute(
                 """
-                SELECT id, 1 - (embedding <=> %s::vector)
+                SELECT id, subject_id, 1 - (embedding <=> %s::vector)
                   FROM facts_facttext
                  WHERE agent_id = %s AND embedding IS NOT NULL
                  ORDER BY embedding <=> %s::vector, id
@@ -476,7 +476,7 @@ def _vector_ranked(
                 """,
                 [vector, agent.pk, vector, limit],
             )
-            rows = [(row[0], float(row[1])) for row in cursor.fetchall()]
+            rows = [(row[0], row[1], float(row[2])) for row in cursor.fetchall()]
         finally:
             cursor.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", [previous])
     return rows
@@ -514,23 +514,20 @@ def fact_candidates(
     named_ids = {m.entity.pk for m in named}
 
     signals: dict[uuid.UUID, dict[str, float | int | None]] = {}
-    for position, (text_id, rank) in enumerate(text_hits, start=1):
+    subject_of: dict[uuid.UUID, uuid.UUID] = {}
+    for position, (text_id, subject_id, rank) in enumerate(text_hits, start=1):
         signals.setdefault(text_id, {})
         signals[text_id].update(text_rank=round(rank, 6), text_position=position)
-    for position, (text_id, similarity) in enumerate(vector_hits, start=1):
+        subject_of[text_id] = subject_id
+    for position, (text_id, subject_id, similarity) in enumerate(vector_hits, start=1):
         signals.setdefault(text_id, {})
         signals[text_id].update(vector_similarity=round(similarity, 6), vector_position=position)
-    passed = [
-        text_id
-        for text_id, s in signals.items()
-        if "text_rank" in s or (s.get("vector_similarity") or 0.0) >= min_similarity
-    ]
-    texts = FactText.objects.select_related("subject", "predicate").in_bulk(passed)
-    scored = []
-    for text_id in passed:
-        s = signals[text_id]
-        fact_text = texts[text_id]
-        s["named_subject"] = int(fact_text.subject_id in named_ids)
+        subject_of[text_id] = subject_id
+    scores = []
+    for text_id, s in signals.items():
+        if "text_rank" not in s and (s.get("vector_similarity") or 0.0) < min_similarity:
+            continue
+        s["named_subject"] = int(subject_of[text_id] in named_ids)
         score = sum(
             1.0 / (RRF_K + s[key]) for key in ("text_position", "vector_position") if key in s
         )
@@ -538,9 +535,17 @@ def fact_candidates(
             score += 1.0 / (RRF_K + 1)
         s.setdefault("text_rank", None)
         s.setdefault("vector_similarity", None)
-        scored.append(FactCandidate(fact_text, round(score, 6), s))
-    scored.sort(key=lambda c: (-c.score, str(c.fact_text.pk)))
-    return scored[:limit]
+        scores.append((round(score, 6), text_id))
+    scores.sort(key=lambda c: (-c[0], str(c[1])))
+    best = scores[:limit]
+    # Only the texts returned are loaded, without their vectors and lexemes:
+    # nothing here reads them, and parsing them cost more than the searches.
+    texts = (
+        FactText.objects.select_related("subject", "predicate")
+        .defer("embedding", "search_vector")
+        .in_bulk([text_id for _, text_id in best])
+    )
+    return [FactCandidate(texts[text_id], score, signals[text_id]) for score, text_id in best]
 
 
 # ------------------------------------------------------------ entities in text

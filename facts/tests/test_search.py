@@ -372,8 +372,8 @@ def test_a_filtered_index_scan_still_finds_every_text_of_the_agent(agent):
         found = _vector_ranked(agent, query, 20)
         cursor.execute("SHOW hnsw.iterative_scan")
         assert cursor.fetchone()[0] == "off"  # put back after the statement
-    assert {i for i, _ in found} == mine
-    assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
+    assert {i for i, _, _ in found} == mine
+    assert [s for _, _, s in found] == sorted((s for _, _, s in found), reverse=True)
 
 
 @pytest.mark.django_db
