@@ -318,9 +318,9 @@ def _state_items(checkpoint, now: datetime) -> list[Item]:
 
 def _fact_items(ask: Ask, limit: int) -> tuple[list[Item], list[Evidence], list[dict]]:
     from facts import selectors as facts
-    from facts.search import RRF_K, entities_named_in, fact_candidates
+    from facts.search import RRF_K, fact_candidates
 
-    named = entities_named_in(agent=ask.agent, text=ask.query)
+    named = ask.named
     named_ids = {m.entity.pk for m in named}
     candidates = fact_candidates(
         agent=ask.agent,

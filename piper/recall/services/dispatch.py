@@ -117,11 +117,8 @@ def recall(
         # "What is due for the billing export?": one known subject named and one
         # of its stated attributes asked is a current fact, whatever else the
         # words suggest (what_to_do's "is due"); multi-hop needs two subjects.
-        from facts.search import entities_named_in
-
-        named = entities_named_in(agent=agent, text=query)
-        one_subject = len({m.entity.pk for m in named}) == 1
-        attempt = route_current_fact(ask, named=named) if one_subject else None
+        one_subject = len({m.entity.pk for m in ask.named}) == 1
+        attempt = route_current_fact(ask) if one_subject else None
         if attempt is not None and not attempt.abstained:
             answer = attempt
             decision = dataclasses.replace(

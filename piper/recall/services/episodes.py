@@ -67,11 +67,7 @@ def episode_evidence(episode, *, score: float, signals: dict, now: datetime) -> 
 
 
 def _named_entities(ask: Ask) -> tuple[str, ...]:
-    from facts.search import entities_named_in
-
-    return tuple(
-        sorted({m.alias.lower() for m in entities_named_in(agent=ask.agent, text=ask.query)})
-    )
+    return tuple(sorted({m.alias.lower() for m in ask.named}))
 
 
 def route_what_happened(ask: Ask) -> Answer:

@@ -191,19 +191,17 @@ def _abstention_reason(verdicts: Sequence[about.Verdict], *, answering: int, wea
     return "subject_not_known"
 
 
-def route_current_fact(ask: Ask, *, named=None) -> Answer:
+def route_current_fact(ask: Ask) -> Answer:
     """Fact texts propose (subject, predicate) pairs; a pair answers only if
     the question is about its subject and its predicate (piper.recall.about);
     the facts selectors say what is believed and valid now. The value just
     before it, if any, comes after every current value, marked superseded —
     never as current. With no pair that answers, it abstains: the best pairs'
-    values are near misses. `named`: what entities_named_in found in the
-    question, if the caller has it already."""
+    values are near misses."""
     from facts import selectors as facts
-    from facts.search import entities_named_in, fact_candidates
+    from facts.search import fact_candidates
 
-    if named is None:
-        named = entities_named_in(agent=ask.agent, text=ask.query)
+    named = ask.named
     candidates = fact_candidates(
         agent=ask.agent,
         query=ask.query,

@@ -51,9 +51,8 @@ def route_multi_hop(ask: Ask) -> Answer:
     """Paths of current relations between the things the question names
     (either direction), or from the one thing it names."""
     from facts import selectors as facts
-    from facts.search import entities_named_in
 
-    named = entities_named_in(agent=ask.agent, text=ask.query)
+    named = ask.named
     entities = [m.entity for m in named]
     paths = []
     if len(entities) >= 2:

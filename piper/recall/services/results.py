@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from piper.tenancy.models import Agent
@@ -91,6 +92,14 @@ class Ask:
     context: dict
     scopes: Sequence[str] | None
     now: datetime
+
+    @cached_property
+    def named(self) -> list:
+        """The agent's entities the question names (facts.search.entities_named_in),
+        looked up once for every route and search that asks."""
+        from facts.search import entities_named_in
+
+        return entities_named_in(agent=self.agent, text=self.query)
 
 
 def age_seconds(now: datetime, then: datetime | None) -> int | None:
