@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection, transaction
 
 from piper.api.serializers import api_datetime
 from piper.errors import InvalidInput
@@ -700,47 +701,53 @@ def context_assemble(
     text = render_text(chosen, thread, version)
     returned = [item for s in SECTIONS for item in chosen[s]]
     latency_ms = round((time.perf_counter() - started) * 1000, 3)
-    trace = RetrievalTrace.objects.create(
-        agent=agent,
-        query=task or _untitled(thread, request.session_id),
-        route=CONTEXT_ROUTE,
-        explicit=True,
-        decision={
-            "chosen": CONTEXT_ROUTE,
-            "explicit": True,
-            "method": "explicit",
-            "rule": None,
-            "matched": [],
-            "scores": {},
-            "nearest": None,
-            "fallback": None,
-            "details": {
-                "budget": budget.as_dict() | {"used": used, "tokenizer": TOKENIZER},
-                "over_budget": over_budget,
-                "sections": {s: len(chosen[s]) for s in SECTIONS},
-                "omitted": [i.brief() for i in omitted][:MAX_TRACE_ITEMS],
-                "withheld": withheld,
-                **details,
+    left_out = {id(item) for item in omitted}  # by identity: Items compare by value
+    with transaction.atomic():
+        # The trace is telemetry about a read, as a direct read's is
+        # (services/telemetry.py): its commit does not wait for the WAL flush.
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        trace = RetrievalTrace.objects.create(
+            agent=agent,
+            query=task or _untitled(thread, request.session_id),
+            route=CONTEXT_ROUTE,
+            explicit=True,
+            decision={
+                "chosen": CONTEXT_ROUTE,
+                "explicit": True,
+                "method": "explicit",
+                "rule": None,
+                "matched": [],
+                "scores": {},
+                "nearest": None,
+                "fallback": None,
+                "details": {
+                    "budget": budget.as_dict() | {"used": used, "tokenizer": TOKENIZER},
+                    "over_budget": over_budget,
+                    "sections": {s: len(chosen[s]) for s in SECTIONS},
+                    "omitted": [i.brief() for i in omitted][:MAX_TRACE_ITEMS],
+                    "withheld": withheld,
+                    **details,
+                },
             },
-        },
-        filters={
-            "thread_id": str(thread.pk) if thread else None,
-            "session_id": request.session_id or None,
-            "sections": list(wanted),
-        },
-        candidates=(
-            [
-                i.brief() | {"score": i.score, "included": i not in omitted}
-                for s in PACK_ORDER
-                for i in candidates[s]
-            ]
-            + considered
-        )[:MAX_TRACE_ITEMS],
-        returned=[{"kind": i.kind, "id": i.id, "score": i.score} for i in returned],
-        abstained=not returned,
-        latency_ms=latency_ms,
-        embedding_model=vector.model,
-    )
+            filters={
+                "thread_id": str(thread.pk) if thread else None,
+                "session_id": request.session_id or None,
+                "sections": list(wanted),
+            },
+            candidates=(
+                [
+                    i.brief() | {"score": i.score, "included": id(i) not in left_out}
+                    for s in PACK_ORDER
+                    for i in candidates[s]
+                ]
+                + considered
+            )[:MAX_TRACE_ITEMS],
+            returned=[{"kind": i.kind, "id": i.id, "score": i.score} for i in returned],
+            abstained=not returned,
+            latency_ms=latency_ms,
+            embedding_model=vector.model,
+        )
     return ContextBlock(
         trace=trace,
         thread=thread,
