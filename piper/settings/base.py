@@ -245,8 +245,8 @@ SKILLS_REVIEW_SECONDS = env_int("SKILLS_REVIEW_SECONDS", 300)
 # The validations reconciler (skills.validation_backlog, beat every
 # SKILLS_VALIDATION_BACKLOG_SECONDS) queues again a validation (or execution)
 # still queued this long after its request that no worker is running: its task
-# was lost. Longer
-# than a sandbox queue's usual wait, so it rarely queues a task twice (harmless).
+# was lost. Longer than a sandbox queue's usual wait, so it rarely queues a task
+# twice (harmless).
 SKILLS_VALIDATION_GRACE_SECONDS = env_int("SKILLS_VALIDATION_GRACE_SECONDS", 600)
 SKILLS_VALIDATION_BACKLOG_SECONDS = env_int("SKILLS_VALIDATION_BACKLOG_SECONDS", 120)
 # Matching: the cosine similarity a task needs to a skill's intent, and how

@@ -11,5 +11,7 @@ import os
 from piper.settings.local import *  # noqa: F403
 
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("PIPER_CHAOS_QUEUE", "piper-chaos")
-SKILLS_SANDBOX_QUEUE = CELERY_TASK_DEFAULT_QUEUE
+# The sandbox's tasks on the chaos queue, or on a queue of their own beside it as
+# the Procfile's worker has them (-Q celery,sandbox): worker_kill.py sets it.
+SKILLS_SANDBOX_QUEUE = os.environ.get("PIPER_CHAOS_SANDBOX_QUEUE") or CELERY_TASK_DEFAULT_QUEUE
 CELERY_TASK_ROUTES = {"skills.sandbox.*": {"queue": SKILLS_SANDBOX_QUEUE}}

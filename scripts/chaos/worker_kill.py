@@ -73,6 +73,15 @@ SIGNALS = 30
 SERVICES = 30
 
 
+def queues() -> list[str]:
+    """What a worker consumes: the chaos queue and the sandbox's, as the Procfile's
+    worker consumes `celery,sandbox` — the sandbox's runs queue apart, and a
+    worker takes from each in turn instead of one FIFO behind them."""
+    queue = _stack.env()["PIPER_CHAOS_QUEUE"]
+    os.environ.setdefault("PIPER_CHAOS_SANDBOX_QUEUE", f"{queue}-sandbox")
+    return [queue, os.environ["PIPER_CHAOS_SANDBOX_QUEUE"]]
+
+
 class Proc:
     """A worker or a beat this script can kill and replace."""
 
@@ -97,7 +106,7 @@ class Proc:
                 "-n",
                 self.hostname,
                 "-Q",
-                _stack.env()["PIPER_CHAOS_QUEUE"],
+                ",".join(queues()),
                 "--without-mingle",
                 "--without-gossip",
             ]
@@ -401,6 +410,7 @@ def main() -> int:
     violations: list[str] = []
     for variable, value in DERIVED_ENV.items():
         os.environ.setdefault(variable, value)
+    queues()  # the sandbox's queue, for every process of the run
     with _stack.private_services(name) as (_postgres, _redis, note):
         _stack.setup_django()
         beat_tasks = configure_beat()
@@ -419,7 +429,8 @@ def main() -> int:
                 _stack.header(
                     "Celery workers killed while intentions come due",
                     server,
-                    f"{note}\n{args.workers} workers (concurrency 1), {args.beats} beats with "
+                    f"{note}\n{args.workers} workers (concurrency 1, -Q {','.join(queues())}), "
+                    f"{args.beats} beats with "
                     f"{'; '.join(beat_tasks)}\nintentions: {len(made['time'])} time-triggered "
                     f"due over {args.spread:.0f} s, {len(made['event'])} on {SIGNALS} signals, "
                     f"{len(made['state'])} on {SERVICES} services down, {len(made['never'])} "
