@@ -8,7 +8,7 @@ its executions and validations (`with_stats`), never stored.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -120,6 +120,20 @@ def skill_get(*, agent: Agent, skill_id: uuid.UUID) -> Skill:
 
 
 # ----------------------------------------------------------------------- versions
+
+
+def versions_as_evidence(
+    *, agent: Agent, version_ids: Iterable[uuid.UUID]
+) -> dict[uuid.UUID, SkillVersion]:
+    """The versions a recall or a context call shows, by id, in one statement:
+    their statistics, skill and source event (without its payload); not the
+    transitions and provenance that version_get also reads."""
+    return (
+        with_stats(SkillVersion.objects.filter(agent=agent, pk__in=list(version_ids)))
+        .select_related("skill", "source_event")
+        .defer("intent_embedding", "source_event__payload")
+        .in_bulk()
+    )
 
 
 def version_get(*, agent: Agent, version_id: uuid.UUID) -> SkillVersion:

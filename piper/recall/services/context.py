@@ -471,9 +471,11 @@ def _skill_items(ask: Ask, limit: int) -> tuple[list[Item], list[Evidence]]:
         task_embedding=ask.vector.get(),
     )
     items, evidence = [], []
+    shown = skills.versions_as_evidence(
+        agent=ask.agent, version_ids=(c.version.pk for c in result.applicable)
+    )
     for candidate in result.applicable:
-        version = skills.version_get(agent=ask.agent, version_id=candidate.version.pk)
-        e = _skill_evidence(candidate, version, ask.now)
+        e = _skill_evidence(candidate, shown[candidate.version.pk], ask.now)
         v = candidate.version
         text = f"use {v.skill.name} v{v.number}: {_short(v.purpose, 300).rstrip('.')}."
         if v.contraindications:

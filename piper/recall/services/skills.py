@@ -60,10 +60,10 @@ def route_how_to(ask: Ask) -> Answer:
         limit=ask.limit,
         task_embedding=ask.vector.get(),  # the question's, computed once per recall
     )
-    evidence = []
-    for candidate in result.applicable:
-        version = skills.version_get(agent=ask.agent, version_id=candidate.version.pk)
-        evidence.append(_skill_evidence(candidate, version, ask.now))
+    shown = skills.versions_as_evidence(
+        agent=ask.agent, version_ids=(c.version.pk for c in result.applicable)
+    )
+    evidence = [_skill_evidence(c, shown[c.version.pk], ask.now) for c in result.applicable]
     near = [_skill_evidence(c, None, ask.now) for c in result.near_misses]
     return Answer(
         evidence=evidence,
