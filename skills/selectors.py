@@ -128,8 +128,11 @@ def versions_as_evidence(
     """The versions a recall or a context call shows, by id, in one statement:
     their statistics, skill and source event (without its payload); not the
     transitions and provenance that version_get also reads."""
+    ids = list(version_ids)
+    if not ids:  # most tasks: building the statistics' query costs more than none
+        return {}
     return (
-        with_stats(SkillVersion.objects.filter(agent=agent, pk__in=list(version_ids)))
+        with_stats(SkillVersion.objects.filter(agent=agent, pk__in=ids))
         .select_related("skill", "source_event")
         .defer("intent_embedding", "source_event__payload")
         .in_bulk()
