@@ -48,6 +48,14 @@ FINISHED = Q(executions__status=ExecutionStatus.FINISHED)
 CODE_COLUMNS = ("procedure", "validator", "rollback", "intent_embedding")
 
 
+# The last SKILLS_RECENT_WINDOW finished runs of a version: how many, how many worked.
+_RECENT = (
+    "SELECT count(*), count(*) FILTER (WHERE r.succeeded) FROM (SELECT e.succeeded "
+    "FROM skills_execution e WHERE e.version_id = skills_skillversion.id "
+    "AND e.status = 'finished' ORDER BY e.id DESC LIMIT %s) r"
+)
+
+
 def with_stats(versions: QuerySet[SkillVersion]) -> QuerySet[SkillVersion]:
     """Annotate what is derived from executions and validations:
 
@@ -58,11 +66,6 @@ def with_stats(versions: QuerySet[SkillVersion]) -> QuerySet[SkillVersion]:
     last_validated_at and last_validation_status."""
     latest_validation = Validation.objects.filter(version=OuterRef("pk")).exclude(
         status=ValidationStatus.QUEUED
-    )
-    recent = (
-        "SELECT count(*), count(*) FILTER (WHERE r.succeeded) FROM (SELECT e.succeeded "
-        "FROM skills_execution e WHERE e.version_id = skills_skillversion.id "
-        "AND e.status = 'finished' ORDER BY e.id DESC LIMIT %s) r"
     )
     window = settings.SKILLS_RECENT_WINDOW
     return versions.annotate(
@@ -81,8 +84,8 @@ def with_stats(versions: QuerySet[SkillVersion]) -> QuerySet[SkillVersion]:
             filter=FINISHED & Q(executions__novel_params=True, executions__succeeded=True),
         ),
         last_used_at=Max("executions__created_at"),
-        recent_total=RawSQL(f"SELECT count FROM ({recent}) x(count, ok)", [window]),
-        recent_successes=RawSQL(f"SELECT ok FROM ({recent}) x(count, ok)", [window]),
+        recent_total=RawSQL(f"SELECT count FROM ({_RECENT}) x(count, ok)", [window]),
+        recent_successes=RawSQL(f"SELECT ok FROM ({_RECENT}) x(count, ok)", [window]),
         last_validated_at=Subquery(latest_validation.order_by("-id").values("finished_at")[:1]),
         last_validation_status=Subquery(latest_validation.order_by("-id").values("status")[:1]),
     )
@@ -126,15 +129,29 @@ def versions_as_evidence(
     *, agent: Agent, version_ids: Iterable[uuid.UUID]
 ) -> dict[uuid.UUID, SkillVersion]:
     """The versions a recall or a context call shows, by id, in one statement:
-    their statistics, skill and source event (without its payload); not the
-    transitions and provenance that version_get also reads."""
+    what their evidence says of them (when made, by which event, how often run
+    and how often it worked lately), not the rest of with_stats, whose query
+    costs more to build than to run."""
     ids = list(version_ids)
-    if not ids:  # most tasks: building the statistics' query costs more than none
+    if not ids:
         return {}
+    window = settings.SKILLS_RECENT_WINDOW
     return (
-        with_stats(SkillVersion.objects.filter(agent=agent, pk__in=ids))
-        .select_related("skill", "source_event")
-        .defer("intent_embedding", "source_event__payload")
+        SkillVersion.objects.filter(agent=agent, pk__in=ids)
+        .select_related("source_event")
+        .only(
+            "id",
+            "created_at",
+            "source_event__id",
+            "source_event__source_type",
+            "source_event__authority",
+        )
+        .annotate(
+            executions_total=Count("executions", filter=FINISHED),
+            last_used_at=Max("executions__created_at"),
+            recent_total=RawSQL(f"SELECT count FROM ({_RECENT}) x(count, ok)", [window]),
+            recent_successes=RawSQL(f"SELECT ok FROM ({_RECENT}) x(count, ok)", [window]),
+        )
         .in_bulk()
     )
 
