@@ -250,7 +250,23 @@ def _intention_items(agent: Agent, now: datetime, horizon: timedelta) -> tuple[l
     rows = list(
         Intention.objects.filter(urgent, agent=agent)
         .select_related("source_event")
-        .defer("source_event__payload")
+        # What the lines and their evidence read: rows are wide, and up to 500 come.
+        .only(
+            "id",
+            "status",
+            "description",
+            "due_at",
+            "priority",
+            "completion_criteria",
+            "created_at",
+            "source_session",
+            "trigger_type",
+            "source_event__id",
+            "source_event__source_type",
+            "source_event__source_ref",
+            "source_event__authority",
+            "source_event__confidence",
+        )
         .annotate(
             rank=Case(
                 When(status=IntentionStatus.DUE, then=Value(0)),
