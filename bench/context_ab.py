@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/context_ab.py --base COMMIT [--samples 300]
 
-Checks COMMIT out into a git worktree (var/bench/worktrees/<sha>, its var/
-linked to this tree's, so both use the same embedded server, model files and
-bench world) and starts one process per tree. Each answers POST
+Checks COMMIT out into a git worktree (piper-context-ab/<sha> in the temporary
+directory, outside the repository so no test run or linter walks into it; its
+var/ linked to this tree's, so both use the same embedded server, model files
+and bench world) and starts one process per tree. Each answers POST
 /api/v1/context for the bench's task i through Django's full stack in process,
 as bench/context_bench.py measures it, with the tree's own code and bench
 helpers. Task i goes to the base first and this tree second, task i + 1 the
@@ -26,6 +27,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -91,7 +93,7 @@ def worktree(commit: str) -> Path:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    path = ROOT / "var" / "bench" / "worktrees" / sha[:12]
+    path = Path(tempfile.gettempdir()) / "piper-context-ab" / sha[:12]
     if not path.exists():
         subprocess.run(
             ["git", "worktree", "add", "--detach", "-q", str(path), sha], cwd=ROOT, check=True

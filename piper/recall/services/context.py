@@ -659,20 +659,23 @@ def context_assemble(
     vector = QueryVector(query)
     ask = Ask(agent, query, vector, 10, RecallFilters(), request.context, scopes, now)
 
-    # The three searches, started first: in worker threads when
-    # PIPER_CONTEXT_PARALLEL (they only read), while this thread reads the rest.
+    # The three searches, each with its privacy check, started first: in worker
+    # threads when PIPER_CONTEXT_PARALLEL (they only read), while this thread
+    # embeds the task (the searches start on what needs no vector) and reads
+    # the rest. The episode search, the longest, first.
     searches: dict[str, Callable[[], Any]] = {}
-    if query and "facts" in wanted and limits["facts"]:
-        searches["facts"] = lambda: _fact_items(ask, limits["facts"])
     if "episodes" in wanted and (limits["episodes"] or limits["recent"]):
-        searches["episodes"] = lambda: _episode_items(
-            ask, limits["episodes"], request.session_id, limits["recent"]
+        searches["episodes"] = _cleared_search(
+            lambda: _episode_items(ask, limits["episodes"], request.session_id, limits["recent"]),
+            clearance,
         )
+    if query and "facts" in wanted and limits["facts"]:
+        searches["facts"] = _cleared_search(lambda: _fact_items(ask, limits["facts"]), clearance)
     if query and "skill" in wanted and limits["skills"]:
-        searches["skill"] = lambda: _skill_items(ask, limits["skills"])
-    if query and searches:
-        vector.get()  # embedded once, here, before any search reads it
+        searches["skill"] = _cleared_search(lambda: _skill_items(ask, limits["skills"]), clearance)
     found_by = _start(searches)
+    if query and searches:
+        vector.get()  # embedded once, by whichever thread asks first
 
     candidates: dict[str, list[Item]] = {s: [] for s in SECTIONS}
     considered: list[dict] = []
@@ -696,18 +699,15 @@ def context_assemble(
         candidates["working_state"] = _state_items(checkpoint, now)
     fact_items: list[Item] = []
     if "facts" in found_by:
-        fact_items, found, fact_considered = found_by["facts"].result()
-        fact_items, hidden = _cleared_items(fact_items, found, clearance)
+        fact_items, hidden, fact_considered = found_by["facts"].result()
         withheld += hidden
         considered += fact_considered
         candidates["facts"] = fact_items
     if "episodes" in found_by:
-        items, found, details["episodes"] = found_by["episodes"].result()
-        candidates["episodes"], hidden = _cleared_items(items, found, clearance)
+        candidates["episodes"], hidden, details["episodes"] = found_by["episodes"].result()
         withheld += hidden
     if "skill" in found_by:
-        items, found = found_by["skill"].result()
-        candidates["skill"], hidden = _cleared_items(items, found, clearance)
+        candidates["skill"], hidden = found_by["skill"].result()
         withheld += hidden
     if "recheck" in wanted:
         stale = dependencies_to_recheck(checkpoint.state or {}, now, agent) if checkpoint else []
@@ -831,6 +831,17 @@ def _in_worker(search: Callable[[], Any]) -> Any:
 def _untitled(thread, session_id: str) -> str:
     """What the trace calls a call without a task."""
     return f"(context of thread {thread.key})" if thread else f"(context of session {session_id})"
+
+
+def _cleared_search(search: Callable[[], tuple], clearance: str | None) -> Callable[[], tuple]:
+    """`search` (items, their evidence, anything else) and its privacy check, run
+    together: (the items the key may read, how many were withheld, anything else)."""
+
+    def run() -> tuple:
+        items, evidence, *rest = search()
+        return (*_cleared_items(items, evidence, clearance), *rest)
+
+    return run
 
 
 def _cleared_items(

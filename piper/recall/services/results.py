@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -68,13 +69,17 @@ class QueryVector:
         self.query = query
         self._vector: list[float] | None = None
         self.embedder = None
+        # Searches in worker threads (a context call) may ask at once: one embeds.
+        self._lock = threading.Lock()
 
     def get(self) -> list[float]:
         if self._vector is None:
-            from piper.embeddings import get_embedder
+            with self._lock:
+                if self._vector is None:
+                    from piper.embeddings import get_embedder
 
-            self.embedder = get_embedder()
-            self._vector = self.embedder.embed_one(self.query)
+                    self.embedder = get_embedder()
+                    self._vector = self.embedder.embed_one(self.query)
         return self._vector
 
     @property
