@@ -9,6 +9,7 @@ from piper.api.serializers import (
     StrictCharField,
     StrictSerializer,
     api_datetime,
+    api_id,
     page_of,
 )
 
@@ -103,7 +104,7 @@ class RunOutputSerializer(serializers.Serializer):
             "finished_at": api_datetime(run.finished_at),
             "duration_ms": run.duration_ms,
             "source_event_id": str(run.source_event_id),
-            "finish_event_id": str(run.finish_event_id) if run.finish_event_id else None,
+            "finish_event_id": api_id(run.finish_event_id),
         }
 
 
@@ -173,16 +174,14 @@ class CandidateOutputSerializer(serializers.Serializer):
             "sources": candidate.sources,
             "valid_from": api_datetime(candidate.valid_from),
             "evidence_key": candidate.evidence_key,
-            "fact_id": str(candidate.fact_id) if candidate.fact_id else None,
+            "fact_id": api_id(candidate.fact_id),
             "fact_outcome": candidate.fact_outcome,
             "reason": candidate.reason,
             "decided_by": candidate.decided_by,
             "decided_at": api_datetime(candidate.decided_at),
             "created_at": api_datetime(candidate.created_at),
             "source_event_id": str(candidate.source_event_id),
-            "decision_event_id": (
-                str(candidate.decision_event_id) if candidate.decision_event_id else None
-            ),
+            "decision_event_id": (api_id(candidate.decision_event_id)),
             "evidence": [_evidence(e) for e in candidate.evidence.all()],
         }
 
@@ -262,14 +261,14 @@ class CandidateSkillOutputSerializer(serializers.Serializer):
             "status": c.status,
             "traces": c.traces,
             "distinct_inputs": c.distinct_inputs,
-            "skill_id": str(c.skill_id) if c.skill_id else None,
-            "version_id": str(c.version_id) if c.version_id else None,
+            "skill_id": api_id(c.skill_id),
+            "version_id": api_id(c.version_id),
             "reason": c.reason,
             "decided_by": c.decided_by,
             "decided_at": api_datetime(c.decided_at),
             "created_at": api_datetime(c.created_at),
             "source_event_id": str(c.source_event_id),
-            "decision_event_id": str(c.decision_event_id) if c.decision_event_id else None,
+            "decision_event_id": api_id(c.decision_event_id),
             "evidence": [
                 {
                     "trace_id": str(e.trace_id),

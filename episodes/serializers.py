@@ -14,12 +14,14 @@ from rest_framework import serializers
 
 from piper.api.serializers import (
     AwareDateTimeField,
+    CursorQuerySerializer,
     PolicyClassesSerializer,
     QueryDateTimeField,
     StrictCharField,
     StrictFloatField,
     StrictSerializer,
     api_datetime,
+    api_id,
     page_of,
 )
 from piper.provenance import Authority, SourceType
@@ -54,6 +56,17 @@ def _text(limit: int, **kwargs) -> StrictCharField:
         trim_whitespace=False,
         error_messages={"max_length": f"at most {limit:,} characters"},
         **kwargs,
+    )
+
+
+def _embedding_field() -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.FloatField(),
+        required=False,
+        allow_null=True,
+        min_length=EMBEDDING_DIM,
+        max_length=EMBEDDING_DIM,
+        help_text="The vector itself: only with include_embedding=true.",
     )
 
 
@@ -207,14 +220,7 @@ class EpisodeOutputSerializer(serializers.Serializer):
     embedded = serializers.BooleanField(help_text="Has its vector been computed yet?")
     embedding_model = serializers.CharField(help_text="The model that made the vector, or ''.")
     embedded_at = serializers.DateTimeField(allow_null=True)
-    embedding = serializers.ListField(
-        child=serializers.FloatField(),
-        required=False,
-        allow_null=True,
-        min_length=EMBEDDING_DIM,
-        max_length=EMBEDDING_DIM,
-        help_text="The vector itself: only with include_embedding=true.",
-    )
+    embedding = _embedding_field()
 
     def to_representation(self, episode: Episode) -> dict:
         data = {
@@ -246,17 +252,17 @@ class EpisodeOutputSerializer(serializers.Serializer):
             "confidence": float(episode.confidence),
             "entities": list(episode.entities),
             "related_ids": [str(r) for r in episode.related_ids],
-            "source_id": None if episode.source_id is None else str(episode.source_id),
+            "source_id": api_id(episode.source_id),
             "source_type": episode.source_type,
             "authority": episode.authority,
             "raw_event_id": str(episode.raw_event_id),
             "instruction_like": episode.instruction_like,
-            "canonical_id": None if episode.canonical_id is None else str(episode.canonical_id),
+            "canonical_id": api_id(episode.canonical_id),
             "status": episode.status,
             "status_reason": episode.status_reason,
             "status_changed_at": api_datetime(episode.status_changed_at),
-            "supersedes": None if episode.supersedes is None else str(episode.supersedes),
-            "superseded_by": None if episode.superseded_by is None else str(episode.superseded_by),
+            "supersedes": api_id(episode.supersedes),
+            "superseded_by": api_id(episode.superseded_by),
             "created_at": api_datetime(episode.created_at),
             "embedded": _embedded(episode),
             "embedding_model": episode.embedding_model,
@@ -320,7 +326,7 @@ class EpisodeBatchOutputSerializer(serializers.Serializer):
     episodes = EpisodeOutputSerializer(many=True)
 
 
-class EpisodeListQuerySerializer(StrictSerializer):
+class EpisodeListQuerySerializer(CursorQuerySerializer):
     actor = serializers.CharField(required=False, help_text="Exact match.")
     environment = serializers.CharField(required=False, help_text="Exact match.")
     session_id = serializers.CharField(required=False)
@@ -339,10 +345,6 @@ class EpisodeListQuerySerializer(StrictSerializer):
     )
     include_embedding = serializers.BooleanField(
         required=False, default=False, help_text="Also return each vector (384 numbers)."
-    )
-    cursor = serializers.CharField(required=False, help_text="From a 'next' or 'previous' link.")
-    limit = serializers.IntegerField(
-        min_value=1, max_value=1000, required=False, help_text="Page size (default 100)."
     )
 
 
@@ -406,14 +408,7 @@ class ChunkOutputSerializer(serializers.Serializer):
     embedded = serializers.BooleanField()
     embedding_model = serializers.CharField()
     embedded_at = serializers.DateTimeField(allow_null=True)
-    embedding = serializers.ListField(
-        child=serializers.FloatField(),
-        required=False,
-        allow_null=True,
-        min_length=EMBEDDING_DIM,
-        max_length=EMBEDDING_DIM,
-        help_text="The vector itself: only with include_embedding=true.",
-    )
+    embedding = _embedding_field()
 
     def to_representation(self, chunk: SourceChunk) -> dict:
         data = {
@@ -434,11 +429,8 @@ class ChunkOutputSerializer(serializers.Serializer):
         return data
 
 
-class ChunkListQuerySerializer(IncludeEmbeddingQuerySerializer):
-    cursor = serializers.CharField(required=False, help_text="From a 'next' or 'previous' link.")
-    limit = serializers.IntegerField(
-        min_value=1, max_value=1000, required=False, help_text="Page size (default 100)."
-    )
+class ChunkListQuerySerializer(CursorQuerySerializer, IncludeEmbeddingQuerySerializer):
+    """A page of a source's chunks, with or without their vectors."""
 
 
 EpisodePageSerializer = page_of(EpisodeOutputSerializer, "EpisodePageSerializer")

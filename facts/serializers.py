@@ -24,6 +24,7 @@ from piper.api.serializers import (
     StrictIntegerField,
     StrictSerializer,
     api_datetime,
+    api_id,
     page_of,
 )
 from piper.provenance import Authority, SourceType
@@ -363,10 +364,6 @@ class MemoryStatusSerializer(serializers.Serializer):
         return [str(c.pk) for c in fact.open_contests]
 
 
-def _uuid(value) -> str | None:
-    return None if value is None else str(value)
-
-
 class FactOutputSerializer(serializers.Serializer):
     """The declared fields document the shape (OpenAPI); to_representation builds
     it directly: nested serializers cost ~2 ms a fact, most of a lookup (profiled)."""
@@ -412,9 +409,9 @@ class FactOutputSerializer(serializers.Serializer):
                 "needs_recheck": volatility is not None and age > volatility,
                 "status": fact.status,
                 "origin": fact.origin,
-                "supersedes": _uuid(fact.supersedes_id),
-                "superseded_by": _uuid(fact.superseded_by_id),
-                "contests": _uuid(fact.contests_id),
+                "supersedes": api_id(fact.supersedes_id),
+                "superseded_by": api_id(fact.superseded_by_id),
+                "contests": api_id(fact.contests_id),
                 "contested_by": [str(c.pk) for c in fact.open_contests],
                 "instruction_like": fact.instruction_like,
             },

@@ -9,20 +9,20 @@ a resume of a thread with a thousand intentions must stay within milliseconds.
 from __future__ import annotations
 
 from django.core.validators import URLValidator
-from drf_spectacular.extensions import OpenApiSerializerFieldExtension
-from drf_spectacular.plumbing import ResolvedComponent
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from piper.api.serializers import (
     AwareDateTimeField,
+    CommaListField,
     CursorQuerySerializer,
+    EnumField,
+    JSONObjectField,
     PolicyClassesSerializer,
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
     api_datetime,
+    api_id,
     page_of,
 )
 
@@ -47,59 +47,6 @@ MAX_IDS = 1000
 SMALLINT = 32767
 MAX_INT = 2**31 - 1  # PostgreSQL integer (versions)
 MAX_BIGINT = 2**63 - 1  # PostgreSQL bigint (pending item ids)
-
-
-def _id(value) -> str | None:
-    return None if value is None else str(value)
-
-
-class CommaListField(serializers.ListField):
-    """A query parameter holding a comma-separated list: `status=active,blocked`."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, str):
-            data = [part.strip() for part in data.split(",") if part.strip()]
-        return super().to_internal_value(data)
-
-
-@extend_schema_field(OpenApiTypes.OBJECT)
-class JSONObjectField(serializers.JSONField):
-    """Any JSON here, checked by the service (so that its error code is the domain's, e.g.
-    invalid_trigger); documented as the object it should be."""
-
-
-class EnumField(serializers.ChoiceField):
-    """A ChoiceField documented as a named enum component (EnumFieldExtension below).
-
-    Several of these choice sets sit in fields named "status"; left to spectacular's
-    naming by field name they would collide with each other and with the facts API's
-    StatusEnum, and rename it."""
-
-    def __init__(self, *, component: str, choices, **kwargs):
-        self.component = component
-        super().__init__(choices=choices, **kwargs)
-
-
-class EnumFieldExtension(OpenApiSerializerFieldExtension):
-    target_class = EnumField
-    match_subclasses = True
-
-    def map_serializer_field(self, auto_schema, direction):
-        field = self.target
-        component = ResolvedComponent(
-            name=field.component,
-            type=ResolvedComponent.SCHEMA,
-            object=field.component,
-            schema={
-                "type": "string",
-                "enum": list(field.choices),
-                "description": "\n".join(
-                    f"* `{value}` - {label}" for value, label in field.choices.items()
-                ),
-            },
-        )
-        auto_schema.registry.register_on_missing(component)
-        return component.ref
 
 
 def intention_status(**kwargs) -> EnumField:
@@ -226,7 +173,7 @@ class WorkingStateOutputSerializer(serializers.Serializer):
             "state": state.state,
             "size_bytes": state.size_bytes,
             "session_id": state.session_id,
-            "source_event_id": _id(state.source_event_id),
+            "source_event_id": api_id(state.source_event_id),
             "created_at": api_datetime(state.created_at),
         }
 
@@ -566,7 +513,7 @@ class IntentionOutputSerializer(serializers.Serializer):
             "status": intention.status,
             "trigger_type": intention.trigger_type,
             "trigger_spec": intention.trigger_spec,
-            "thread": _id(intention.thread_id),
+            "thread": api_id(intention.thread_id),
             "not_before": api_datetime(intention.not_before),
             "due_at": api_datetime(intention.due_at),
             "rrule": intention.rrule,
@@ -612,7 +559,7 @@ class TransitionOutputSerializer(serializers.Serializer):
             "at": api_datetime(transition.at),
             "reason": transition.reason,
             "occurrence": transition.occurrence,
-            "event_id": _id(transition.event_id),
+            "event_id": api_id(transition.event_id),
         }
 
 
@@ -632,7 +579,7 @@ class FiringOutputSerializer(serializers.Serializer):
             "occurrence": firing.occurrence,
             "fired_at": api_datetime(firing.fired_at),
             "cause": firing.cause,
-            "cause_event_id": _id(firing.cause_event_id),
+            "cause_event_id": api_id(firing.cause_event_id),
             "event_id": str(firing.event_id),
         }
 

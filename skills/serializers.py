@@ -10,20 +10,20 @@ declare their fields (the OpenAPI schema) and build the body directly.
 from __future__ import annotations
 
 from django.conf import settings
-from drf_spectacular.extensions import OpenApiSerializerFieldExtension
-from drf_spectacular.plumbing import ResolvedComponent
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from piper.api.serializers import (
     CursorQuerySerializer,
+    EnumField,
+    JSONObjectField,
     PolicyClassesSerializer,
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
     api_datetime,
+    api_id,
     page_of,
 )
 from piper.provenance import SourceType
@@ -47,15 +47,6 @@ from .selectors import Candidate, MatchResult, rate
 MAX_SOURCE = 64 * 1024
 
 
-def _id(value) -> str | None:
-    return None if value is None else str(value)
-
-
-@extend_schema_field(OpenApiTypes.OBJECT)
-class JSONObjectField(serializers.JSONField):
-    """Any JSON here, checked by the service; documented as an object."""
-
-
 @extend_schema_field({"type": "array", "items": {"type": "object"}})
 class JSONListField(serializers.JSONField):
     """Any JSON here, checked by the service; documented as a list of objects."""
@@ -66,40 +57,8 @@ class AnyJSONField(serializers.JSONField):
     """Any JSON value."""
 
 
-class SkillEnumField(serializers.ChoiceField):
-    """A ChoiceField documented as a named enum component (the extension below)."""
-
-    def __init__(self, *, component: str, choices, **kwargs):
-        self.component = component
-        super().__init__(choices=choices, **kwargs)
-
-
-class SkillEnumFieldExtension(OpenApiSerializerFieldExtension):
-    target_class = SkillEnumField
-    match_subclasses = True
-
-    def map_serializer_field(self, auto_schema, direction):
-        field = self.target
-        component = ResolvedComponent(
-            name=field.component,
-            type=ResolvedComponent.SCHEMA,
-            object=field.component,
-            schema={
-                "type": "string",
-                "enum": list(field.choices),
-                "description": "\n".join(
-                    f"* `{v}` - {label}" for v, label in field.choices.items()
-                ),
-            },
-        )
-        auto_schema.registry.register_on_missing(component)
-        return component.ref
-
-
-def version_status(**kwargs) -> SkillEnumField:
-    return SkillEnumField(
-        component="SkillVersionStatusEnum", choices=VersionStatus.choices, **kwargs
-    )
+def version_status(**kwargs) -> EnumField:
+    return EnumField(component="SkillVersionStatusEnum", choices=VersionStatus.choices, **kwargs)
 
 
 # ------------------------------------------------------------------------- inputs
@@ -225,7 +184,7 @@ class SkillRequiredReasonInputSerializer(StrictSerializer):
 
 
 class ValidateInputSerializer(StrictSerializer):
-    kind = SkillEnumField(
+    kind = EnumField(
         component="ValidationKindEnum",
         choices=ValidationKind.choices,
         required=False,
@@ -329,7 +288,7 @@ class SkillTraceListQuerySerializer(CursorQuerySerializer):
 
 
 class ExecutionListQuerySerializer(CursorQuerySerializer):
-    source = SkillEnumField(
+    source = EnumField(
         component="ExecutionSourceEnum", choices=ExecutionSource.choices, required=False
     )
 
@@ -361,7 +320,7 @@ class SkillStatsOutputSerializer(serializers.Serializer):
     )
     last_used_at = serializers.DateTimeField(allow_null=True)
     last_validated_at = serializers.DateTimeField(allow_null=True)
-    last_validation_status = SkillEnumField(
+    last_validation_status = EnumField(
         component="ValidationStatusEnum", choices=ValidationStatus.choices, allow_null=True
     )
 
@@ -409,7 +368,7 @@ class VersionSummaryOutputSerializer(serializers.Serializer):
             "number": v.number,
             "status": v.status,
             "purpose": v.purpose,
-            "supersedes": _id(v.supersedes_id),
+            "supersedes": api_id(v.supersedes_id),
             "created_at": api_datetime(v.created_at),
             "status_changed_at": api_datetime(v.status_changed_at),
             "stats": _STATS.to_representation(v),
@@ -437,7 +396,7 @@ class SkillOutputSerializer(serializers.Serializer):
             "name": skill.name,
             "created_at": api_datetime(skill.created_at),
             "source_event_id": str(skill.source_event_id),
-            "validated_version": _id(validated.pk if validated else None),
+            "validated_version": api_id(validated.pk if validated else None),
             "versions": [_SUMMARY.to_representation(v) for v in versions],
         }
 
@@ -556,8 +515,8 @@ _CASE = ValidationCaseOutputSerializer()
 class ValidationOutputSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     version_id = serializers.UUIDField()
-    kind = SkillEnumField(component="ValidationKindEnum", choices=ValidationKind.choices)
-    status = SkillEnumField(component="ValidationStatusEnum", choices=ValidationStatus.choices)
+    kind = EnumField(component="ValidationKindEnum", choices=ValidationKind.choices)
+    status = EnumField(component="ValidationStatusEnum", choices=ValidationStatus.choices)
     cases_total = serializers.IntegerField()
     cases_passed = serializers.IntegerField()
     error = serializers.CharField()
@@ -586,8 +545,8 @@ ValidationPageSerializer = page_of(ValidationOutputSerializer, "ValidationPageSe
 class ExecutionOutputSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     version_id = serializers.UUIDField()
-    source = SkillEnumField(component="ExecutionSourceEnum", choices=ExecutionSource.choices)
-    status = SkillEnumField(component="ExecutionStatusEnum", choices=ExecutionStatus.choices)
+    source = EnumField(component="ExecutionSourceEnum", choices=ExecutionSource.choices)
+    status = EnumField(component="ExecutionStatusEnum", choices=ExecutionStatus.choices)
     version_status = version_status(help_text="The version's status when the run was asked for.")
     params = JSONObjectField()
     novel_params = serializers.BooleanField(help_text="None of the examples' parameters.")

@@ -1517,6 +1517,8 @@ class TestList:
                 {"status": {"1": ['"later" is not a valid choice.']}},
             ),
             ({"trigger_type": "cron"}, {"trigger_type": {"0": ['"cron" is not a valid choice.']}}),
+            # an empty part is a mistake, as in every comma-separated list
+            ({"status": "due,"}, {"status": {"1": ['"" is not a valid choice.']}}),
             ({"thread": "main"}, {"thread": ["Must be a valid UUID."]}),
             (
                 {"owner": "me"},

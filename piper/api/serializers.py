@@ -4,6 +4,10 @@ import re
 from datetime import UTC, datetime
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.plumbing import ResolvedComponent
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from piper.provenance import PrivacyClass, RetentionClass
@@ -17,6 +21,12 @@ def api_datetime(value: datetime | None) -> str | None:
         return None
     text = value.astimezone(UTC).isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def api_id(value) -> str | None:
+    """An id (a UUID, or a nullable foreign key's) as every response writes it: a
+    string, and None stays None."""
+    return None if value is None else str(value)
 
 
 class StrictSerializer(serializers.Serializer):
@@ -120,12 +130,64 @@ def page_of(item: type[serializers.Serializer], name: str) -> type[serializers.S
 
 
 class CommaListField(serializers.ListField):
-    """A query parameter holding a comma-separated list: `predicates=a,b,c`."""
+    """A query parameter holding a comma-separated list: `predicates=a,b,c`. An
+    empty part is passed to the child, which refuses it like any blank value:
+    `a,,b` is a mistake, not two items."""
 
     def to_internal_value(self, data):
         if isinstance(data, str):
             data = [part.strip() for part in data.split(",")]
         return super().to_internal_value(data)
+
+
+@extend_schema_field(OpenApiTypes.OBJECT)
+class JSONObjectField(serializers.JSONField):
+    """A JSON object, documented as one. Unchecked by default: the service checks
+    it, so that its error carries the domain's code (e.g. invalid_trigger). With
+    `check=True` anything but an object is refused here ("must be a JSON object")."""
+
+    def __init__(self, *, check: bool = False, **kwargs):
+        self.check = check
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if self.check and not isinstance(value, dict):
+            raise serializers.ValidationError("must be a JSON object")
+        return value
+
+
+class EnumField(serializers.ChoiceField):
+    """A ChoiceField documented as a named enum component (EnumFieldExtension below).
+
+    Many choice sets sit in fields named "status" or "kind"; left to spectacular's
+    naming by field name they would collide with each other and be renamed."""
+
+    def __init__(self, *, component: str, choices, **kwargs):
+        self.component = component
+        super().__init__(choices=choices, **kwargs)
+
+
+class EnumFieldExtension(OpenApiSerializerFieldExtension):
+    target_class = EnumField
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema, direction):
+        field = self.target
+        component = ResolvedComponent(
+            name=field.component,
+            type=ResolvedComponent.SCHEMA,
+            object=field.component,
+            schema={
+                "type": "string",
+                "enum": list(field.choices),
+                "description": "\n".join(
+                    f"* `{value}` - {label}" for value, label in field.choices.items()
+                ),
+            },
+        )
+        auto_schema.registry.register_on_missing(component)
+        return component.ref
 
 
 class PolicyClassesSerializer(serializers.Serializer):

@@ -3,8 +3,6 @@ built directly in to_representation (the declared fields document them)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rest_framework import serializers
 
 from episodes.models import Outcome as EpisodeOutcome
@@ -12,11 +10,13 @@ from facts.serializers import FactOutputSerializer
 from intentions.serializers import IntentionOutputSerializer
 from piper.api.serializers import (
     AwareDateTimeField,
+    JSONObjectField,
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
     api_datetime,
+    api_id,
 )
 from skills.serializers import MatchedVersionSerializer
 
@@ -76,16 +76,12 @@ class RecallInputSerializer(StrictSerializer):
     )
     limit = StrictIntegerField(min_value=1, max_value=MAX_LIMIT, default=10)
     filters = RecallFiltersSerializer(required=False)
-    context = serializers.JSONField(
+    context = JSONObjectField(
+        check=True,
         required=False,
         default=dict,
         help_text="The agent's situation, a JSON object: skills check preconditions against it.",
     )
-
-    def validate_context(self, value: Any) -> dict:
-        if not isinstance(value, dict):
-            raise serializers.ValidationError("must be a JSON object")
-        return value
 
 
 class FeedbackInputSerializer(StrictSerializer):
@@ -411,17 +407,13 @@ class ContextInputSerializer(StrictSerializer):
         help_text="Active intentions due within this horizon are included (default 3,600).",
     )
     limits = ContextLimitsSerializer(required=False)
-    context = serializers.JSONField(
+    context = JSONObjectField(
+        check=True,
         required=False,
         default=dict,
         help_text="The agent's situation, a JSON object: skills check preconditions and "
         "contraindications against it.",
     )
-
-    def validate_context(self, value: Any) -> dict:
-        if not isinstance(value, dict):
-            raise serializers.ValidationError("must be a JSON object")
-        return value
 
 
 class ContextItemSerializer(serializers.Serializer):
@@ -550,7 +542,7 @@ class LookDecisionOutputSerializer(serializers.Serializer):
             "task": d.task,
             "looked": d.looked,
             "needed": d.needed,
-            "trace": str(d.trace_id) if d.trace_id else None,
+            "trace": api_id(d.trace_id),
             "session_id": d.session_id,
             "note": d.note,
             "created_at": api_datetime(d.created_at),
