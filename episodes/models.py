@@ -242,7 +242,7 @@ class Episode(models.Model):
         indexes = [
             # Exact vector scans of one agent's rows (or a time window of them,
             # episodes.retrieval) read the vectors from this index, not from
-            # TOAST: 1,950 of 1M rows in 6.7 ms against 75 ms through the heap.
+            # TOAST through the heap, ten times slower (docs/benchmarks.md).
             models.Index(
                 fields=["agent", "occurred_at"],
                 include=["id", "embedding"],
@@ -258,8 +258,8 @@ class Episode(models.Model):
             ),
             # The same keys without the vectors (~40 bytes an entry, not 1.5 KB),
             # for counting: the search first counts the rows under its filters
-            # (exact scan or graph?), and counting one actor's 6,600 rows through
-            # the covering index read 10 MB of entries (3.7 ms, as long as the scan).
+            # (exact scan or graph?), and counting through the covering index
+            # reads the vectors too, which takes as long as the scan itself.
             models.Index(fields=["agent", "occurred_at"], name="episodes_agent_time_idx"),
             models.Index(fields=["agent", "actor", "occurred_at"], name="episodes_actor_time_idx"),
             models.Index(

@@ -135,7 +135,7 @@ MAX_CANDIDATES = 300
 RECENCY_HALF_LIFE_DAYS = 30.0
 
 # Session context: the share of its best session neighbour's value a candidate
-# gains, per value (0 turns it off). Measured on LoCoMo: docs/benchmarks.md.
+# gains, per value (0 turns it off). Chosen on LoCoMo (docs/experiments.md).
 CONTEXT_WEIGHTS: dict[str, float] = {"text_rank": 0.7, "similarity": 0.5, "coverage": 0.7}
 # After fusion, an episode gains this × the best fused score in its session
 # (itself included): evidence comes in sessions. 0 turns it off.
@@ -145,15 +145,15 @@ SESSION_WEIGHT = 0.5
 # compare the query with every one of them instead of walking the HNSW graph.
 # The filters a covering index answers with the vectors in it (agent, actor,
 # time window; EXACT_SCAN_COVERED) allow EXACT_SCAN_MAX_ROWS; with any other
-# filter (environment, outcome, goal, task) each row is a heap and TOAST fetch
-# (~38 us a row against ~3 in the index) and the limit is EXACT_SCAN_HEAP_MAX_ROWS.
-# 8,000 holds one actor of a 100k-row agent (~6,300 rows, bench/episodes_bench.py):
-# exact in ~10 ms, where the filtered graph walk took 50-70 ms at recall@10 0.91.
+# filter (environment, outcome, goal, task) each row is a heap and TOAST fetch,
+# an order of magnitude dearer, and the limit is EXACT_SCAN_HEAP_MAX_ROWS.
+# 8,000 holds one actor of a 100k-row agent: scanned exactly, it is both faster
+# and complete, where the graph's filtered walk loses recall (docs/benchmarks.md).
 EXACT_SCAN_MAX_ROWS = 8_000
 EXACT_SCAN_HEAP_MAX_ROWS = 500
 EXACT_SCAN_COVERED = frozenset({"actor", "occurred_after", "occurred_before"})
-# 100 gave recall@10 0.945-0.995 against exact on the test's clustered data, 200
-# 0.98-0.985, at no difference measurable at 1M rows (p50 ~10 ms either way).
+# 200 rather than 100: the recall margin above 0.95 on clustered data is worth
+# more than the millisecond or less that 100 saves (docs/experiments.md).
 HNSW_EF_SEARCH = 200
 # A search whose only filter is an actor with a graph of its own reads that graph
 # (episodes.actor_graphs); False leaves the graphs unread, to compare.
@@ -175,9 +175,9 @@ TS_RANK_NORMALIZATION = 1
 STATS_CACHE_SECONDS = 300.0
 
 # Abstention. A candidate's evidence is its cosine similarity to the query
-# (+ COVERAGE_WEIGHT × its IDF-weighted share of the query's lexemes: on the
-# shipped calibration set any weight above 0 lowered balanced accuracy, 0.74 at
-# 0, 0.70 at 0.1, 0.68 at 0.25, so it is 0). EVIDENCE_METRIC names the formula:
+# (+ COVERAGE_WEIGHT × its IDF-weighted share of the query's lexemes: 0, as any
+# weight above 0 lowered balanced accuracy on the shipped calibration set;
+# docs/experiments.md). EVIDENCE_METRIC names the formula:
 # calibrations are looked up by it, so change it with the formula.
 EVIDENCE_METRIC = "cosine"
 COVERAGE_WEIGHT = 0.0
@@ -185,8 +185,7 @@ COVERAGE_WEIGHT = 0.0
 UNEMBEDDED_COVERAGE_EVIDENCE = 0.8
 # Used until `calibrate_abstention` has recorded a threshold for the embedder in
 # use: what it chooses on episodes/calibration_set.json for the default
-# embedder (0.4434 with all-MiniLM-L6-v2 int8 ONNX v1, 0.4429 with v2: 29% of the
-# deliberately hard paraphrases kept, 85% of the never-happened questions refused).
+# embedder (docs/episodes.md, abstention).
 DEFAULT_ABSTENTION_THRESHOLD = 0.44
 NEAR_MISSES = 5
 
@@ -330,11 +329,11 @@ _frequency_cache: dict[
 ] = {}
 _count_cache: dict[tuple[str, uuid.UUID], tuple[float, int]] = {}
 # A filtered set's count (which decides exact scan or graph), also kept for
-# ROW_COUNT_CACHE_SECONDS: an actor's ~6,000 rows took 2.2 ms to count on every
-# search (docs/benchmarks.md). A count up to a minute old can only pick the
-# slower of two correct plans: an exact scan of a set that has grown, or the
-# graph for one that has shrunk, which falls back to the exact scan when it
-# finds too few.
+# ROW_COUNT_CACHE_SECONDS: counting on every search was a measurable share of
+# an actor search (docs/benchmarks.md). A count up to a minute old can only
+# pick the slower of two correct plans: an exact scan of a set that has grown,
+# or the graph for one that has shrunk, which falls back to the exact scan when
+# it finds too few.
 _filtered_count_cache: dict[tuple, tuple[float, int]] = {}
 
 
@@ -399,8 +398,8 @@ def _remember_count(cache: dict, key, count: int) -> None:
 def _agent_rows(table: str, agent: Agent) -> int:
     """How many rows the agent has in `table` (the N of inverse document
     frequency): the planner's estimate for an agent its statistics list among
-    the most common (counting 100k rows took 15 ms), else counted (at most
-    AGENT_COUNT_CAP); cached for ROW_COUNT_CACHE_SECONDS."""
+    the most common (counting a large agent costs more than a search), else
+    counted (at most AGENT_COUNT_CAP); cached for ROW_COUNT_CACHE_SECONDS."""
     key = (table, agent.pk)
     cached = _cached_count(_count_cache, key)
     if cached is not None:
@@ -560,10 +559,10 @@ def _attnames(model: type, columns: Sequence[str]) -> list[str]:
 class _Key:
     """What fusion reads of a candidate (spec.key_columns: id, session_id,
     occurred_at; a chunk's id, source_id, ordinal), without a model instance:
-    a search weighs ~100 candidates and returns ~10, and building a Django
-    instance for each was ~1 ms of a 10 ms search. `tiebreak` is computed once
-    here instead of on every sort: equal matches put the newer episode first
-    (a chunk: document order)."""
+    a search weighs ~100 candidates and returns ~10, and a Django instance
+    for each was a tenth of the search (docs/benchmarks.md). `tiebreak` is
+    computed once here instead of on every sort: equal matches put the newer
+    episode first (a chunk: document order)."""
 
     __slots__ = (
         "pk",
@@ -1050,9 +1049,9 @@ def _prepare(
     is valid, and — with `actor` (agent id, actor) — the table of the actor's
     own graph, if it has one; then sequential scans are off for the
     transaction, since the planner would rather sort a few thousand rows
-    than walk their graph (measured: 3.9 ms against 1.0). The '[0]'::vector
-    cast loads pgvector (and defines the hnsw.* settings) while the statement
-    is planned."""
+    than walk their graph, which is several times faster (docs/experiments.md).
+    The '[0]'::vector cast loads pgvector (and defines the hnsw.* settings)
+    while the statement is planned."""
     extra, source = "", ""
     params: list[Any] = [TEXT_SEARCH_CONFIG, query, model_name, EVIDENCE_METRIC]
     if ef_search is not None:
@@ -1100,7 +1099,7 @@ def _prepare(
 
 
 # Set for the search's own transaction and put back after it. No parallel
-# workers: starting one costs more (~10 ms) than any of these statements.
+# workers: starting one costs more than any of these statements takes.
 HNSW_SETTINGS = (
     "hnsw.iterative_scan",
     "hnsw.ef_search",
@@ -1323,7 +1322,7 @@ def _with_session_context(
 def _full_rows(spec: _Spec, cands: list[_Candidate]) -> list[tuple[_Candidate, Any]]:
     """Each candidate with its row as a model instance, every column loaded
     (the candidates carry only spec.key_columns): one statement for all, its
-    rows in binary (half the 0.68 ms ten episodes took to load as text)."""
+    rows in binary, which load faster than text (docs/benchmarks.md)."""
     if not cands:
         return []
     columns = ", ".join(f"e.{c}" for c in spec.columns)

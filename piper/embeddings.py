@@ -184,8 +184,8 @@ class MiniLMEmbedder:
     def _set_threads(self, count: int) -> None:
         # A few texts run on one torch thread, a batch on torch's default. On a
         # busy 2-core machine two OpenMP threads spin-wait for each other at every
-        # layer: embed_one measured p50 16 ms on one thread against 41-94 ms on
-        # two (9.8 against 7.1 ms when idle); a batch of 64 gains from both cores.
+        # layer, which costs a single text far more than a second thread gains it;
+        # a batch gains from both cores (docs/benchmarks.md, skill matching).
         import torch
 
         wanted = 1 if count <= SINGLE_THREAD_MAX_TEXTS else self._threads

@@ -266,11 +266,9 @@ EPISODES_AGENT_GRAPH_EXACT_SCAN_MAX_ROWS = env_int(
 )
 # An agent's own graph is m 16 / ef_construction 128, not the global graph's
 # m 32 / 128: the global graph needs its links to walk past other agents' nodes,
-# an agent's own graph has none. On one agent's 100k episodes (docs/benchmarks.md)
-# recall@10 was the same (1.0 / 0.9975 actor / 0.9995 90 days against 1.0 /
-# 0.9965 / 0.9995), an insert into it took 4.7 ms against 8.4 and the build
-# 64 s against 106; ef_construction 64 as well lost recall (0.9895, some
-# queries 0 of 10) for 2.6 ms. A graph built with others is rebuilt ("outdated").
+# an agent's own graph has none. m 16 keeps the recall of m 32 at about half the
+# insert and build cost; ef_construction 64 as well loses recall (the table in
+# docs/benchmarks.md, episodes). A graph built with others is rebuilt ("outdated").
 EPISODES_AGENT_GRAPH_M = env_int("EPISODES_AGENT_GRAPH_M", 16)
 EPISODES_AGENT_GRAPH_EF_CONSTRUCTION = env_int("EPISODES_AGENT_GRAPH_EF_CONSTRUCTION", 128)
 # An actor of such an agent (with its own graph) holding at least this many

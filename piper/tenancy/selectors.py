@@ -12,7 +12,7 @@ from .services import KEY_PREFIX, hash_key
 
 # Every API request authenticates, so the key lookup is one statement written
 # once (the columns from the models) and prepared: through the ORM, compiling
-# it took ~1 ms and the whole lookup 1.8-5 ms for a 0.1 ms index probe.
+# the statement cost many times the index probe it runs (docs/benchmarks.md).
 _KEY_FIELDS = list(ApiKey._meta.concrete_fields)
 _AGENT_FIELDS = list(Agent._meta.concrete_fields)
 _KEY_SQL = f"""
