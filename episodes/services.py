@@ -322,8 +322,8 @@ def episode_from_event(event: Event) -> Episode:
 
 
 # The same projection as episode_from_event, in SQL: the writer inserts a batch's rows
-# from its events in one statement with three parameters (a thousand rows through the
-# ORM's bulk_create took ~0.4 s, most of a batch), and a replay inserts them all at once.
+# from its events in one statement with three parameters (the ORM's bulk_create was
+# most of a batch's time; docs/benchmarks.md), and a replay inserts them all at once.
 # test_services holds the two equal column for column.
 _EPISODE_COLUMNS = (
     "id, agent_id, occurred_at, session_id, actor, environment, goal_id, task_id, action, "

@@ -116,8 +116,8 @@ def spread(
     """Each id's value plus weight × its best neighbour's (value − floor), from
     the original values (one step, not iterated). An id with no value of its
     own gets floor + the share, or stays None when no neighbour has one."""
-    # Only an id with neighbours can change; written as plain loops, since a search
-    # spreads three values over ~100 candidates (the generator form cost ~1 ms).
+    # Only an id with neighbours can change; plain loops, since every search
+    # spreads three values over ~100 candidates.
     out: dict[uuid.UUID, float | None] = dict(values)
     for key, around in neighbours.items():
         best = None

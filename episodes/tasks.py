@@ -197,8 +197,9 @@ def embed_backlog(
         cache.delete(SWEEP_LOCK_KEY)
 
 
-# A build of a 100k-row agent's graph takes ~40 s on a quiet machine, ~3 min on
-# a busy one; no new build starts after this long (the rest waits for the next run).
+# A build of a 100k-row agent's graph takes minutes on a busy machine
+# (docs/benchmarks.md); no new build starts after this long (the rest waits
+# for the next run).
 AGENT_GRAPHS_TIME_BUDGET_SECONDS = 20 * 60
 
 

@@ -1101,8 +1101,8 @@ def replay_pairs(
         cursor.execute(f"DELETE FROM {Fact._meta.db_table} WHERE id = ANY(%s)", [dropped])
     store = _ReplayStore(agent_id)
     # Two lookups, each through its own index (ids; the few definition
-    # events by type), then one read in chain order: an OR of the two made
-    # PostgreSQL scan the ledger (1.8 s at 2M events).
+    # events by type), then one read in chain order: an OR of the two makes
+    # PostgreSQL scan the whole ledger.
     event_ids |= set(config.order_by().values_list("pk", flat=True))
     events = (
         Event.objects.filter(pk__any=event_ids, agent_id=agent_id, redacted_at__isnull=True)

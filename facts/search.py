@@ -399,7 +399,7 @@ def _check_query(query: Any) -> str:
 # A word found in this many of the agent's fact texts tells none of them apart
 # (at 1M facts "pay grade — Person … Lindqvist" shares three words with every
 # other text): it still counts in the rank, but does not make a text a match,
-# so the rank is not computed over every text (650 ms at 100k texts).
+# so the rank is not computed over every text.
 COMMON_TERM_TEXTS = 1000
 
 

@@ -59,7 +59,7 @@ def entity_get(*, agent: Agent, entity_id: uuid.UUID, with_aliases: bool = True)
 def alias_lookup(*, agent: Agent, name: str) -> QuerySet[EntityAlias]:
     """Aliases equal to `name` ignoring case, through the (agent, lower(alias))
     unique index. (alias__iexact compiles to UPPER(alias) = UPPER(…), which no
-    index serves: at 100k names that was a 15 ms scan per lookup.)"""
+    index serves: a scan of the agent's aliases per lookup; docs/experiments.md.)"""
     return EntityAlias.objects.alias(lowered=Lower("alias")).filter(
         agent=agent, lowered=Lower(Value(name))
     )
@@ -182,9 +182,9 @@ def facts_current(*, agent: Agent, subject: Entity, predicate: Predicate | None)
 # The lookup agents make most — one subject, one predicate, at a moment — as
 # one statement: subject (by id, or by name through the lower(alias) index),
 # predicate by name, the believed versions with everything their
-# memory_status needs. Through the ORM the same answer took three queries and
-# ~3.6 ms at 1M versions, most of it compiling SQL (docs/benchmarks.md). It is
-# prepared once per connection: planning five joins cost more than running them.
+# memory_status needs. Through the ORM the same answer took three queries, most
+# of the time compiling SQL (docs/benchmarks.md). It is prepared once per
+# connection: planning five joins costs more than running them.
 _LOOKUP_PARTS = (
     ("f", Fact, ()),
     ("s", Entity, ()),

@@ -366,7 +366,7 @@ class MemoryStatusSerializer(serializers.Serializer):
 
 class FactOutputSerializer(serializers.Serializer):
     """The declared fields document the shape (OpenAPI); to_representation builds
-    it directly: nested serializers cost ~2 ms a fact, most of a lookup (profiled)."""
+    it directly: nested serializers cost more than the lookup (docs/benchmarks.md)."""
 
     id = serializers.UUIDField()
     subject = EntityRefSerializer()

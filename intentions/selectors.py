@@ -350,7 +350,7 @@ def open_intentions_rendered(*, thread: Thread, now, session: str = "") -> RawJS
 
     One statement, with the rows rendered to JSON by PostgreSQL: a resume lists
     up to thousands of intentions, and building model instances and serializing
-    them took ~110 ms for 1,000 (docs/benchmarks.md, working state). The text
+    them was most of a resume (docs/benchmarks.md, working state). The text
     goes into the response as it is (RawJSON); `.parsed()` gives the list.
     """
     with connection.cursor() as cursor:

@@ -1,8 +1,8 @@
 """The hottest read statements as server-side prepared statements.
 
 Planning a statement costs PostgreSQL more than running it when the answer is
-a few index lookups: the facts lookup (five tables) plans in ~0.9 ms and runs
-in ~0.15 ms. A prepared statement is planned once per connection (after five
+a few index lookups, like the facts lookup over five tables
+(docs/experiments.md, 2026-11-29). A prepared statement is planned once per connection (after five
 executions PostgreSQL keeps a generic plan when it costs no more than the
 custom ones) and then only executed.
 
@@ -73,8 +73,8 @@ def server_bound_cursor(*, binary: bool = False):
     """A Django cursor that sends its parameters apart from the statement
     (server-side binding, not prepared). A statement naming a large value
     several times — an episode search names its 4.6 kB query vector five
-    times — is then parsed with it once: 0.13-0.37 ms of a ~9 ms search
-    (docs/benchmarks.md). Unnamed statements, so poolers are not a concern.
+    times — is then parsed with it once (docs/benchmarks.md, episodic
+    memory). Unnamed statements, so poolers are not a concern.
     `binary`: results come in PostgreSQL's binary format, which psycopg loads
     faster (UUIDs, timestamps); for types it has binary loaders for."""
     cursor = _django_cursor(_ServerBoundCursor)
@@ -105,9 +105,9 @@ def fetchall_prepared(sql: str, params: Mapping[str, Any] | Sequence[Any]) -> li
 def vector_param(values: Sequence[float]) -> Vector:
     """`values` as a pgvector parameter, for a statement that casts it
     (`%(v)s::vector`): a server-bound cursor sends it in binary, 4 bytes a
-    number, the others (and the query log) as a '[…]' literal. Formatting the
-    384 numbers of a query vector as text took ~0.3 ms of an episode search,
-    and PostgreSQL parsed them again."""
+    number, the others (and the query log) as a '[…]' literal. Formatting a
+    query vector as text, for PostgreSQL to parse again, was a measurable share
+    of an episode search (docs/benchmarks.md)."""
     return Vector(values)
 
 

@@ -2,8 +2,8 @@
 
 Django writes `field__in=[…]` as `IN (%s, %s, …)`: with the thousands of ids
 an erasure or a retention chunk names, compiling the placeholders and binding
-each value cost more than the statements themselves (~15 ms a query at 3,000
-uuids, docs/benchmarks.md). One array parameter is compiled and bound once.
+each value cost more than the statements themselves (docs/benchmarks.md,
+forgetting). One array parameter is compiled and bound once.
 """
 
 from __future__ import annotations

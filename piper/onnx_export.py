@@ -13,8 +13,8 @@ vectors never imports torch. Steps, all from the local files, offline:
 2. fuse it with onnxruntime's BERT optimiser (embedding + layer norm,
    attention, bias + GELU), leaving each residual add and layer norm as
    Add + Add + LayerNormalization rather than one SkipLayerNormalization:
-   onnxruntime 1.32's CPU kernel for the fused node takes ~67 us for one
-   36 x 384 text where the three plain nodes take ~15 (22% of a text's time);
+   onnxruntime 1.32's CPU kernel for the fused node is several times slower
+   than the three plain nodes (docs/embeddings.md);
    the session must then be opened with ``inference_session``, which keeps
    onnxruntime from fusing them again at load;
 3. quantise the weights of every MatMul and Attention node to int8, one scale

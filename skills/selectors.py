@@ -347,8 +347,8 @@ def _nearest(agent: Agent, vector: tuple[float, ...], trying: int) -> list[Skill
     with transaction.atomic():
         # The rows sit in memory; at the default random_page_cost (4) the
         # planner prefers reading the whole table (every agent's rows) to the
-        # index-only scan of this agent's entries: 19 against 6.5 ms at 8k
-        # validated versions of 16k (docs/benchmarks.md). For this statement only:
+        # index-only scan of this agent's entries, three times faster
+        # (docs/benchmarks.md, skill matching). For this statement only:
         # the old value is put back, since a caller's transaction may go on.
         with connection.cursor() as cursor:
             cursor.execute(

@@ -1,11 +1,11 @@
 """JSON rendering for the API: DRF's renderer, plus JSON text rendered elsewhere.
 
 A selector can hand the API a large block of JSON that PostgreSQL has already
-rendered, for example a resume's 1,000 intentions (845 KB). Parsing that block
-into Python objects only to serialise it again cost ~12 ms per request. It
-also left ~25,000 objects per request for the garbage collector, which was the
-HTTP p95 (docs/benchmarks.md, working state). A `RawJSON` value is written into
-the response as it is.
+rendered, for example a resume's 1,000 intentions. Parsing that block into
+Python objects only to serialise it again costs time, and leaves tens of
+thousands of objects per request for the garbage collector, which was the
+HTTP tail (docs/benchmarks.md, working state). A `RawJSON` value is written
+into the response as it is.
 """
 
 from __future__ import annotations

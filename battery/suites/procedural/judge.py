@@ -50,9 +50,8 @@ from . import api as skills_api
 HELD_OUT_GATE = 0.95
 MISAPPLIED_GATE = 0.01
 OBSOLETE_GATE = 0
-# D7's seen phrasings: what the service reached (2026-12-04, seeds 1, 2, 5:
-# 0.667 each, every wrong-domain and unmet-precondition probe refused, no
-# unsaid misuse), rounded down. The held-out rate is reported, not gated.
+# D7's seen phrasings: what the service reaches, rounded down, so that a
+# regression fails (docs/battery.md). The held-out rate is reported, not gated.
 UNDECLARED_GATE = 0.66
 
 
