@@ -2,13 +2,12 @@
 
 An agent's own graph (episodes.agent_graphs) serves its unfiltered and
 time-window searches. A search for one actor still walks it past every other
-actor's nodes: at 1M episodes, one actor (~1/16 of an agent's 100k) had the
-walk visit ~520 tuples to keep 30, 3.75 ms of a ~10 ms search
-(docs/benchmarks.md). Partial indexes per actor on the episodes table would
-end that, but the planner weighs every index of a table in every statement
-that reads it: 160 of them took the hybrid statement's planning from 0.9 to
-3.4-4.7 ms. So an actor's vectors are copied into a table of their own: a leaf
-of `episodes_actorvector`, partitioned by agent and then by actor, with its
+actor's nodes, a third of the search's time (docs/benchmarks.md). Partial
+indexes per actor on the episodes table would end that, but the planner
+weighs every index of a table in every statement that reads it, and a
+hundred of them cost more in planning than they saved (docs/experiments.md).
+So an actor's vectors are copied into a table of their own: a leaf of
+`episodes_actorvector`, partitioned by agent and then by actor, with its
 own graph. Searches read the leaf by name; no statement on the episodes table
 sees its index.
 

@@ -1,12 +1,11 @@
 """An HNSW graph of its own for a large agent: a partial index over its episodes.
 
 One graph holds every agent's vectors, so a search inside one agent walks
-past the others' nodes. At 1M rows (10 agents × 100k) that cost recall (0.97
-agent-only, 0.95 for one actor through the graph) and time: a 90-day window
-visited ~1,540 tuples and removed 1,508 by filter (12.7 ms). With a partial
-index `WHERE agent_id = …` over the agent's own 100k rows, the planner takes
-that index, since queries carry the agent id as a literal. Recall was 1.0 and the window took
-7.8 ms (docs/benchmarks.md, episodes). The agent's new vectors are then
+past the others' nodes, discarding most of what it visits: at 1M rows that
+cost both recall and time. With a partial index `WHERE agent_id = …` over the
+agent's own rows, the planner takes that index, since queries carry the agent
+id as a literal, and both come back (docs/benchmarks.md, episodic memory).
+The agent's new vectors are then
 inserted into two graphs, which is why only agents above a size get one, and
 only the EPISODES_AGENT_GRAPH_MAX_GRAPHS largest: every index on the table is
 opened and its predicate checked on each insert, and weighed by the planner.
@@ -71,9 +70,8 @@ def wanted_parameters() -> dict[str, int]:
 @contextmanager
 def build_memory(cursor):
     """pgvector builds the graph in maintenance_work_mem and, once it no longer fits,
-    goes on inserting one tuple at a time on disk: at PostgreSQL's 64 MB, a 1M-row
-    build had loaded 312k tuples after 13 minutes; with 2 GB the whole build took
-    11 (docs/benchmarks.md). Set for this session's build (EPISODES_GRAPH_BUILD_MEMORY),
+    goes on inserting one tuple at a time on disk, many times slower
+    (docs/benchmarks.md). Set for this session's build (EPISODES_GRAPH_BUILD_MEMORY),
     then put back."""
     cursor.execute(
         "SELECT current_setting('maintenance_work_mem'),"

@@ -37,10 +37,10 @@ class AnyOf(Lookup):
 
 def uuid_array(ids) -> str:
     """uuids as one PostgreSQL array literal ('{…}', cast with ::uuid[]): psycopg
-    quotes one string instead of checking every element of a list (a third of
-    a 5,000-id statement's time went to that). A UUID is written as its 32 hex
-    digits, which PostgreSQL reads as well: 2.5x faster than str(), whose
-    hyphenation was a tenth of a retention chunk's time."""
+    quotes one string instead of checking every element of a list, which was a
+    large share of a long statement's time. A UUID is written as its 32 hex
+    digits, which PostgreSQL reads as well, since str()'s hyphenation was a
+    tenth of a retention chunk's time (docs/benchmarks.md, forgetting)."""
     return "{" + ",".join([i.hex if isinstance(i, UUID) else str(i) for i in ids]) + "}"
 
 

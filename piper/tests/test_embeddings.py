@@ -244,8 +244,7 @@ def test_onnx_vectors_agree_with_torch(torch_embedder):
     pairs = zip(EPISODE_TEXTS, torch_vectors, onnx_vectors, strict=True)
     cosines = {text: round(dot(a, b), 4) for text, a, b in pairs}
     # The texts with no words ("", "x": the [CLS]/[SEP] tokens alone) move most
-    # under int8 weights, and with the library versions of 2026-12-01
-    # (onnxruntime 1.32, transformers 5.24) went from above 0.98 to 0.974 / 0.981.
+    # under int8 weights, and with a library upgrade (docs/embeddings.md).
     degenerate = {text: cosines.pop(text) for text in ("", "x")}
     assert min(degenerate.values()) >= 0.95, degenerate
     # 3,000 generated episodes: mean 0.9950, min 0.9889 (docs/embeddings.md).
