@@ -115,8 +115,8 @@ def summary_ms(samples: list[float]) -> dict[str, float]:
 
 def cpu_probe_ms() -> float:
     """The best of five runs of a fixed pure-Python loop, in ms. Machines of one
-    kind differ (one session's ran this ~2.5x slower than another's), so the
-    figures are only comparable next to it."""
+    kind differ by several times from one session to the next
+    (docs/benchmarks.md), so the figures are only comparable next to it."""
     best = float("inf")
     for _ in range(5):
         started = time.perf_counter()

@@ -888,8 +888,6 @@ def run_resume(args, population: Population) -> dict:
         scopes=["read", "write"],
         rate_per_minute=MAX_RATE_PER_MINUTE,
     )
-    # (A gc.freeze() variant of the server was measured here until the resume's
-    # intentions went out as RawJSON: p95 77 against 140 ms then; now 32 ms without it.)
     samples, size, load = http_resume(args, key, thread)
     http = (summary(samples), load)
     say(f"POST /threads/{{id}}/resume over HTTP ({size:,} bytes): {summary(samples)}; {load}")

@@ -67,8 +67,8 @@ def bulk_episodes(agent, count: int, *, start: datetime = T0, prefix: str = "rou
 @contextlib.contextmanager
 def hnsw_built_after():
     """Writing vectors for thousands of rows: the HNSW index is dropped first and
-    built once after. Inserting 30,000 rows into the m 32 graph one by one
-    took ~70 s of the test suite; one build over them takes a few seconds."""
+    built once after: inserting thousands of rows into the m 32 graph one by
+    one costs the suite many times what one build over them does."""
     index = next(i for i in Episode._meta.indexes if i.name == "episodes_embedding_hnsw")
     with connection.schema_editor() as editor:
         editor.remove_index(Episode, index)
