@@ -275,8 +275,8 @@ class Episode(models.Model):
             ),
             # m 32 / ef_construction 128, not pgvector's 16 / 64: episodes repeat (the
             # nightly job that fails the same way), and with 16 links a node's
-            # neighbours stay inside its cluster of near-copies — whole clusters
-            # became unreachable (recall@10 vs exact 0.89 at 1M rows, docs/benchmarks.md).
+            # neighbours stay inside its cluster of near-copies, and whole clusters
+            # become unreachable (docs/benchmarks.md, episodic memory).
             HnswIndex(
                 name="episodes_embedding_hnsw",
                 fields=["embedding"],

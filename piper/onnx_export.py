@@ -46,9 +46,9 @@ if TYPE_CHECKING:
 # Bump when the steps above change: the cached file name carries it, so an
 # older cache is rebuilt rather than reused.
 RECIPE = "int8pc-ffn2fp32l0-unfusedln-v2"
-# The layers whose feed-forward output projection stays in float32 (layer 0:
-# mean cosine to torch 0.9931 -> 0.9950 over 3,000 episode texts, at a speed
-# within the noise of all-int8; layers 0 and 1: 0.9956 for ~15% of the speed).
+# The layers whose feed-forward output projection stays in float32: layer 0
+# buys most of the agreement with torch at no measurable speed; a second layer
+# costs speed for little more (docs/embeddings.md, faithfulness).
 FLOAT_FFN2_LAYERS = (0,)
 OPSET = 17
 # onnxruntime's load-time fusion that would turn the Add + Add +
