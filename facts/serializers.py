@@ -364,10 +364,9 @@ class MemoryStatusSerializer(serializers.Serializer):
         return [str(c.pk) for c in fact.open_contests]
 
 
+# The declared fields document the shape (OpenAPI); to_representation builds it
+# directly: nested serializers cost more than the lookup (docs/benchmarks.md).
 class FactOutputSerializer(serializers.Serializer):
-    """The declared fields document the shape (OpenAPI); to_representation builds
-    it directly: nested serializers cost more than the lookup (docs/benchmarks.md)."""
-
     id = serializers.UUIDField()
     subject = EntityRefSerializer()
     predicate = serializers.CharField(source="predicate.name")
