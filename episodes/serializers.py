@@ -46,6 +46,11 @@ from .services import (
 UNIT_INTERVAL = {"min_value": "must be between 0 and 1", "max_value": "must be between 0 and 1"}
 
 
+def _at_most(limit: int, unit: str = "characters") -> dict[str, str]:
+    """A max_length message in the service's words."""
+    return {"max_length": f"at most {limit:,} {unit}"}
+
+
 def _text(limit: int, **kwargs) -> StrictCharField:
     """A text field with the service's limit and message; whitespace kept as sent."""
     kwargs.setdefault("required", False)
@@ -54,7 +59,7 @@ def _text(limit: int, **kwargs) -> StrictCharField:
     return StrictCharField(
         max_length=limit,
         trim_whitespace=False,
-        error_messages={"max_length": f"at most {limit:,} characters"},
+        error_messages=_at_most(limit),
         **kwargs,
     )
 
@@ -109,12 +114,12 @@ class EpisodeInputSerializer(PolicyClassesSerializer, StrictSerializer):
     entities = serializers.ListField(
         child=StrictCharField(
             max_length=MAX_ENTITY_CHARS,
-            error_messages={"max_length": f"at most {MAX_ENTITY_CHARS} characters"},
+            error_messages=_at_most(MAX_ENTITY_CHARS),
         ),
         max_length=MAX_ENTITIES,
         required=False,
         default=list,
-        error_messages={"max_length": f"at most {MAX_ENTITIES} names"},
+        error_messages=_at_most(MAX_ENTITIES, "names"),
         help_text="Names of the entities it mentions (stored lower-cased, de-duplicated).",
     )
     related_ids = serializers.ListField(
@@ -122,7 +127,7 @@ class EpisodeInputSerializer(PolicyClassesSerializer, StrictSerializer):
         max_length=MAX_RELATED,
         required=False,
         default=list,
-        error_messages={"max_length": f"at most {MAX_RELATED} episodes"},
+        error_messages=_at_most(MAX_RELATED, "episodes"),
         help_text="Other episodes of this agent it relates to (422 for an unknown one).",
     )
     source_id = serializers.UUIDField(
@@ -284,7 +289,7 @@ def _embedded(row: Episode | SourceChunk) -> bool:
 def _reason(**kwargs) -> StrictCharField:
     return StrictCharField(
         max_length=MAX_REASON_CHARS,
-        error_messages={"max_length": f"at most {MAX_REASON_CHARS:,} characters"},
+        error_messages=_at_most(MAX_REASON_CHARS),
         **kwargs,
     )
 
@@ -309,11 +314,11 @@ class EpisodeCorrectInputSerializer(StrictSerializer):
     entities = serializers.ListField(
         child=StrictCharField(
             max_length=MAX_ENTITY_CHARS,
-            error_messages={"max_length": f"at most {MAX_ENTITY_CHARS} characters"},
+            error_messages=_at_most(MAX_ENTITY_CHARS),
         ),
         max_length=MAX_ENTITIES,
         required=False,
-        error_messages={"max_length": f"at most {MAX_ENTITIES} names"},
+        error_messages=_at_most(MAX_ENTITIES, "names"),
         help_text="The whole corrected list (stored lower-cased, de-duplicated).",
     )
     reason = _reason(
@@ -360,12 +365,12 @@ class IncludeEmbeddingQuerySerializer(StrictSerializer):
 class SourceIngestInputSerializer(PolicyClassesSerializer, StrictSerializer):
     title = StrictCharField(
         max_length=MAX_TITLE_CHARS,
-        error_messages={"max_length": f"at most {MAX_TITLE_CHARS} characters"},
+        error_messages=_at_most(MAX_TITLE_CHARS),
     )
     content = StrictCharField(
         max_length=MAX_CONTENT_CHARS,
         trim_whitespace=False,
-        error_messages={"max_length": f"at most {MAX_CONTENT_CHARS:,} characters"},
+        error_messages=_at_most(MAX_CONTENT_CHARS),
         help_text="The document's text; split into passages of about 800 characters.",
     )
     uri = _text(MAX_URI_CHARS, help_text="Where the document lives.")
@@ -373,7 +378,7 @@ class SourceIngestInputSerializer(PolicyClassesSerializer, StrictSerializer):
         max_length=MAX_MEDIA_TYPE_CHARS,
         required=False,
         default="text/plain",
-        error_messages={"max_length": f"at most {MAX_MEDIA_TYPE_CHARS} characters"},
+        error_messages=_at_most(MAX_MEDIA_TYPE_CHARS),
     )
     actor = _text(MAX_LABEL_CHARS["actor"], help_text="Who read or supplied it.")
 
