@@ -18,7 +18,7 @@ named, source_ref = "locomo:<sample>:<dia id>". Each conversation is embedded
 in batches once it is stored. Questions are asked through episode_search with
 abstention off (the default, `through="search"`: recall@k needs the first k
 even when recall would say "no supporting memory"; how often it would is
-reported) or through piper.recall's what_happened route (`through="recall"`:
+reported) or through recall's what_happened route (`through="recall"`:
 abstention on, near misses count when it abstains).
 
 The run is stored as a BatteryRun of suite LCM with one ItemResult per
@@ -288,7 +288,7 @@ def question_ask(*, agent, question: str, limit: int, now: datetime, through: st
     """(episodes best first, latency ms, whether recall abstains) for one question."""
     started = time.perf_counter()
     if through == "recall":
-        from piper.recall.services import recall
+        from recall.services import recall
 
         result = recall(agent=agent, query=question, route="what_happened", limit=limit, now=now)
         elapsed = (time.perf_counter() - started) * 1000

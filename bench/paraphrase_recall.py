@@ -61,7 +61,7 @@ def world(items, seed: int):
 
 
 def ask(agent, item, tally, failures) -> None:
-    from piper.recall.services import recall
+    from recall.services import recall
 
     question = item["question"]
     result = recall(agent=agent, query=question["text"], limit=5)

@@ -30,7 +30,7 @@ from _harness import (
 
 def preload(agent, *, facts: int, traces: int) -> list[str]:
     from facts.services import ClaimInput, facts_assert
-    from piper.recall.models import RetrievalTrace
+    from recall.models import RetrievalTrace
 
     subjects = [f"service-{n}" for n in range(facts)]
     facts_assert(

@@ -305,7 +305,7 @@ def predicate_define(
 ) -> Predicate:
     """Create a predicate, or change one. Unchanged definitions write nothing.
 
-    `aliases`: other words a question may use for it (recall, piper/recall/about.py);
+    `aliases`: other words a question may use for it (recall, recall/about.py);
     trimmed, lower-cased, each once, in the order given.
 
     Raises Conflict (cardinality_conflict / value_type_conflict) when existing

@@ -4,7 +4,7 @@ Recall and the context call write a RetrievalTrace themselves. The endpoints
 an agent can call instead (episode and source search, fact lookups, skill
 match) live in apps below recall, which owns the traces, so they announce
 each read on the `read_served` signal and the recall app records it
-(piper.recall.traces). The trace's id goes back in the `Piper-Trace-Id`
+(recall.traces). The trace's id goes back in the `Piper-Trace-Id`
 response header: the agent sends feedback on it (which results it used)
 like on a recall.
 """

@@ -16,7 +16,7 @@ urlpatterns = [
     path("api/v1/", include("skills.urls")),
     path("api/v1/", include("intentions.urls")),
     path("api/v1/", include("consolidation.urls")),
-    path("api/v1/", include("piper.recall.urls")),
+    path("api/v1/", include("recall.urls")),
     path("api/v1/", include("forgetting.urls")),
     path("api/v1/", include("episodes.urls")),
     path("api/v1/", include("episodes.search_urls")),

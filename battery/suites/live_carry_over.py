@@ -2,7 +2,7 @@
 
 Not a drill: no throwaway agent, no simulated clock. The figures come from
 the telemetry the service records while agents that are not the battery's
-work (piper.recall.live): the open items at each handover in the window
+work (recall.live): the open items at each handover in the window
 (PIPER_LIVE_WINDOW_DAYS, default 7) and whether the successor's resume
 showed them and they were then done; skill runs, reuse across sessions and
 matches followed; reads retrieved without use; answers marked stale; "do I
@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from piper.recall.live import LiveReport, live_report
+from recall.live import LiveReport, live_report
 
 from ..registry import (
     ItemFailure,

@@ -48,7 +48,7 @@ from battery.taxonomy import FailureCode as F
 from battery.tests.helpers import Faulty, live_use, run_suite_small
 from battery.transport import ApiResponse, InProcessTransport
 from piper.celery import app as celery_app
-from piper.recall import about
+from recall import about
 
 KINDS = ("c1", "c2", "c3", "c4", "c5")
 NONE = dict.fromkeys(KINDS, 0)

@@ -45,8 +45,8 @@ from piper.api.services import idempotency_records_erase
 from piper.errors import Conflict, InvalidInput, NotFound
 from piper.lookups import uuid_array
 from piper.provenance import RetentionClass
-from piper.recall import erasure as recall_erasure
 from piper.tenancy.models import Agent
+from recall import erasure as recall_erasure
 from skills.services import erasure as skills_erasure
 
 from ..models import Erasure, ErasureKind, ErasureStatus

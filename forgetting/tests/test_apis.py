@@ -26,8 +26,8 @@ from intentions.models import Intention, WorkingState
 from ledger.models import Event, Source
 from ledger.selectors import chain_verify
 from ledger.tests.helpers import error, ledger_state
-from piper.recall.models import RecallFeedback, RetrievalTrace
 from piper.tenancy.models import Scope
+from recall.models import RecallFeedback, RetrievalTrace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 

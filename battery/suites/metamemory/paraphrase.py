@@ -5,9 +5,9 @@ Each family is one kind of attribute (a deadline, a place, what a team works
 on, …) with several predicate names an agent might store it under and
 several ways a person asks for it. Both are split in two: `seen` and
 `held_out`. The held-out names and phrasings were written for this suite
-only, and a test (piper/recall/tests/test_paraphrase.py) checks that no
+only, and a test (recall/tests/test_paraphrase.py) checks that no
 distinctive word of theirs appears in the lists recall decides with (the
-curated phrases and question cues of piper/recall/about.py, the router's
+curated phrases and question cues of recall/about.py, the router's
 rules and prototypes): the held-out items measure what the service
 understands from WordNet and the embedding, not what it was told. Function
 words (when, where, who, is, of) are not distinctive.

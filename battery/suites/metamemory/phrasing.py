@@ -10,7 +10,7 @@ titles, events), split in two:
 * `seen`: words the router does not hold as they were written; a change to
   the router may learn from them (they are then no longer a fair measure);
 * `held_out`: never to be learned from. A test
-  (piper/recall/tests/test_route_vocabulary.py) checks that no distinctive
+  (recall/tests/test_route_vocabulary.py) checks that no distinctive
   word of theirs, nor of the questions drawn from them, appears in the
   router's rules or prototype questions, in any form the code compares:
   `route_accuracy_held_out` measures what the router understands, not what

@@ -18,7 +18,7 @@ question phrasings in two parts:
   ("Where do we gather for the Quokka gala?" for `hall`).
 No distinctive word of either part is in the lists recall decides with (the
 router's rules and prototypes, about.py's curated phrases and question cues,
-lexicon.py's kind anchors): piper/recall/tests/test_asked_vocabulary.py
+lexicon.py's kind anchors): recall/tests/test_asked_vocabulary.py
 checks it, so the held-out figures measure what the service understands from
 WordNet and the embedding, not what it was told.
 

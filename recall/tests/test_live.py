@@ -1,6 +1,6 @@
 """Suite H's telemetry and figures: reads traced on every read path, look
 decisions, stale feedback, what a successor was shown, and the carry-over
-computed from them (piper.recall.live), through the API as an agent works."""
+computed from them (recall.live), through the API as an agent works."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from django.utils import timezone
 from conftest import make_client
 from intentions.models import Handover
 from piper.reads import TRACE_HEADER
-from piper.recall.live import Window, live_agents, live_report
-from piper.recall.models import LookDecision, RetrievalTrace
 from piper.tenancy.models import Scope
+from recall.live import Window, live_agents, live_report
+from recall.models import LookDecision, RetrievalTrace
 
 pytestmark = pytest.mark.django_db
 

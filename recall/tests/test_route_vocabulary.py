@@ -10,7 +10,7 @@ import random
 import re
 
 from battery.suites.metamemory import draw, phrasing
-from piper.recall import about, router
+from recall import about, router
 
 
 def router_words() -> set[str]:

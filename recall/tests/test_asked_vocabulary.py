@@ -9,7 +9,7 @@ import re
 import pytest
 
 from battery.suites.semantic import asked
-from piper.recall import about, lexicon, router
+from recall import about, lexicon, router
 
 
 def code_words() -> set[str]:

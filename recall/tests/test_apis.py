@@ -11,9 +11,9 @@ import pytest
 from conftest import make_client
 from episodes.services import EpisodeDraft, episodes_embed, episodes_record, source_ingest
 from facts.tests.api_helpers import AGE
-from piper.recall.models import RecallFeedback, RetrievalTrace
-from piper.recall.tests.helpers import commitments, deployment_window, org_chart, written
 from piper.tenancy.models import Scope
+from recall.models import RecallFeedback, RetrievalTrace
+from recall.tests.helpers import commitments, deployment_window, org_chart, written
 
 pytestmark = pytest.mark.django_db
 

@@ -569,7 +569,7 @@ class CarryOverRatesSerializer(serializers.Serializer):
 
 
 class CarryOverOutputSerializer(serializers.Serializer):
-    """One agent's live carry-over over a window (piper.recall.live)."""
+    """One agent's live carry-over over a window (recall.live)."""
 
     window_start = serializers.DateTimeField()
     window_end = serializers.DateTimeField()

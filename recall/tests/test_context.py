@@ -19,11 +19,11 @@ from intentions.models import IntentionStatus, TriggerType
 from intentions.services.engine import clock_set
 from intentions.services.state import thread_get_or_create, working_state_write
 from intentions.tests.factories import in_status
-from piper.recall.models import RetrievalTrace
-from piper.recall.services.context import SECTIONS
-from piper.recall.tests.helpers import at, claim, deployment_window, written
 from piper.tenancy.models import Scope
 from piper.tokens import count_tokens
+from recall.models import RetrievalTrace
+from recall.services.context import SECTIONS
+from recall.tests.helpers import at, claim, deployment_window, written
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -290,7 +290,7 @@ def test_due_intentions_are_never_cut(client_a, memories):
 
 
 def test_due_intentions_past_the_cap_are_listed_as_left_out(client_a, memories, monkeypatch):
-    from piper.recall.services import context
+    from recall.services import context
 
     monkeypatch.setattr(context, "MAX_INTENTIONS", 1)
     body = ok(post(client_a, body_for(memories)))
@@ -440,7 +440,7 @@ def test_the_searches_in_worker_threads_give_the_same_block(settings, monkeypatc
     threads (each with its own connection) and the block is the one the test's
     thread assembles alone."""
     from piper.celery import app as celery_app
-    from piper.recall.services.context import ContextRequest, context_assemble, stop_workers
+    from recall.services.context import ContextRequest, context_assemble, stop_workers
 
     # The tasks each commit queues (fact texts, embeddings) run at the commit, here:
     # a worker of another test must not change the memory between the two calls.

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class RecallConfig(AppConfig):
-    name = "piper.recall"
+    name = "recall"
     label = "recall"
     verbose_name = "Recall (one endpoint for every memory)"
 

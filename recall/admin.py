@@ -5,7 +5,7 @@ Traces, feedback and look decisions are written only by the recall services;
 the admin shows them. The feedback changelist is the taxonomy view: filter by
 code, outcome and date (date_hierarchy), and above the list a table of counts
 per day and failure code for what the filters selected. The traces
-changelist links to the live carry-over page (piper.recall.live): every live
+changelist links to the live carry-over page (recall.live): every live
 agent's figures over a window, with charts.
 """
 

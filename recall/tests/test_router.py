@@ -4,8 +4,8 @@ prototype fallback when no rule matches, and explicit routes."""
 import pytest
 
 from piper.errors import InvalidInput
-from piper.recall import router
-from piper.recall.router import classify_by_rules
+from recall import router
+from recall.router import classify_by_rules
 
 DECISIONS = [
     # current_fact

@@ -12,7 +12,7 @@ from intentions.models import IntentionStatus, TriggerType
 from intentions.tests.factories import in_status
 from ledger.models import Event
 from piper.provenance import Authority
-from piper.recall.models import RecallFeedback, RetrievalTrace
+from recall.models import RecallFeedback, RetrievalTrace
 
 US, TP = Authority.USER_STATEMENT, Authority.THIRD_PARTY
 

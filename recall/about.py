@@ -33,7 +33,7 @@ Predicate — one of, the first that holds:
   when", an `allocation` "working on" or "assigned to").
 * `synonym`: a word of the question shares a frequent WordNet sense with a
   word of its name or aliases, or derives from one (assigned ↔ assignment,
-  delivered ↔ delivery) — piper/recall/lexicon.py.
+  delivered ↔ delivery) — recall/lexicon.py.
 * `meaning`: of all the predicates the agent holds facts under, this one is
   the nearest in meaning to what the question asks (the question with its
   subject taken out, against each predicate's name and aliases, by

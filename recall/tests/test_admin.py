@@ -11,10 +11,10 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.urls import reverse
 
-from piper.recall.models import RecallFeedback, RetrievalTrace
-from piper.recall.services import recall, recall_feedback
-from piper.recall.tests.helpers import commitments
 from piper.tenancy.tests.factories import AgentFactory
+from recall.models import RecallFeedback, RetrievalTrace
+from recall.services import recall, recall_feedback
+from recall.tests.helpers import commitments
 
 pytestmark = pytest.mark.django_db
 

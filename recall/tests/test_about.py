@@ -1,12 +1,12 @@
 """Whether a proposed fact is about what the question asks: the word rules of
-piper.recall.about on a table of questions, subjects and predicates."""
+recall.about on a table of questions, subjects and predicates."""
 
 import uuid
 
 import pytest
 
-from piper.recall import about
-from piper.recall.about import Question, judge, stem
+from recall import about
+from recall.about import Question, judge, stem
 
 SUBJECT, OTHER = uuid.UUID(int=1), uuid.UUID(int=2)
 

@@ -11,9 +11,9 @@ from battery.suites.metamemory import paraphrase
 from facts.search import fact_texts_refresh
 from facts.services import predicate_define
 from facts.tests.factories import at, claim
-from piper.recall import about, lexicon
-from piper.recall.services import recall
 from piper.tenancy.tests.factories import AgentFactory
+from recall import about, lexicon
+from recall.services import recall
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_a_declared_alias_makes_the_predicate_asked(agent):
 def code_words() -> set[str]:
     """Every word of the lists recall decides a paraphrase with (words it
     ignores, STOPWORDS and TIME_WORDS, and WordNet's own synset names aside)."""
-    from piper.recall import router
+    from recall import router
 
     texts = [
         " ".join(f"{k} {' '.join(v)}" for k, v in about.FAMILY_PHRASES.items()),

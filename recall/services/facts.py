@@ -193,7 +193,7 @@ def _abstention_reason(verdicts: Sequence[about.Verdict], *, answering: int, wea
 
 def route_current_fact(ask: Ask) -> Answer:
     """Fact texts propose (subject, predicate) pairs; a pair answers only if
-    the question is about its subject and its predicate (piper.recall.about);
+    the question is about its subject and its predicate (recall.about);
     the facts selectors say what is believed and valid now. The value just
     before it, if any, comes after every current value, marked superseded —
     never as current. With no pair that answers, it abstains: the best pairs'

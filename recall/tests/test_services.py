@@ -14,9 +14,10 @@ from facts.tests.factories import at, claim
 from ledger.models import Event
 from piper.api.serializers import api_datetime
 from piper.errors import Conflict, InvalidInput, NotFound
-from piper.recall.models import RecallFeedback, RetrievalTrace
-from piper.recall.services import recall, recall_feedback
-from piper.recall.tests.helpers import (
+from piper.tenancy.tests.factories import AgentFactory
+from recall.models import RecallFeedback, RetrievalTrace
+from recall.services import recall, recall_feedback
+from recall.tests.helpers import (
     TP,
     commitments,
     deployment_window,
@@ -24,7 +25,6 @@ from piper.recall.tests.helpers import (
     services,
     written,
 )
-from piper.tenancy.tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -521,7 +521,7 @@ class TestFeedback:
 
         from django.apps import apps
 
-        migration = import_module("piper.recall.migrations.0003_feedback_codes_design_meanings")
+        migration = import_module("recall.migrations.0003_feedback_codes_design_meanings")
         commitments(agent)
         stored = {}
         for code in ("R0", "R1", "R2", "R3", "A0", "U0"):

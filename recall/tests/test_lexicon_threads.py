@@ -5,7 +5,7 @@ import sys
 import threading
 import warnings
 
-from piper.recall import lexicon
+from recall import lexicon
 
 THREADS = 16
 
