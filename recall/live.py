@@ -12,8 +12,9 @@ battery's own throwaway agents:
   it is in flight and not judged. An item open at a succession was
   *executed* when it was completed after it; it was *not executed* when it
   expired, or has been due (or overdue) for longer than the grace period;
-  cancelled items (a decision, not a loss) and items not yet due are
-  counted apart and judged neither way.
+  cancelled items (a decision, not a loss), items being executed now (the
+  work is under way, however long ago it fell due) and items not yet due
+  are counted apart and judged neither way.
 * **Skills.** Finished runs in the window and how many succeeded; the skills
   run that were run in at least two sessions (reused); skill matches that
   returned a skill and whether one of those versions was run within the
@@ -68,6 +69,7 @@ class CarryOver:
     items_judged: int = 0  # distinct items open at a succession, now executed or not
     executed: int = 0
     cancelled: int = 0
+    executing: int = 0  # being executed now: not judged either way
     not_yet_due: int = 0
     skill_runs: int = 0
     skill_runs_succeeded: int = 0
@@ -207,9 +209,11 @@ def _execution(first_open: dict, window: Window, figures: CarryOver) -> None:
             figures.executed += 1
         elif intention.status == IntentionStatus.CANCELLED:
             figures.cancelled += 1
+        elif intention.status == IntentionStatus.EXECUTING:
+            figures.executing += 1
         elif (
             intention.status == IntentionStatus.EXPIRED
-            or intention.status in (IntentionStatus.DUE, IntentionStatus.EXECUTING)
+            or intention.status == IntentionStatus.DUE
             and (became_due.get(intention.pk, window.end) < overdue_before)
         ):
             figures.items_judged += 1

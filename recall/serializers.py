@@ -581,6 +581,7 @@ class CarryOverOutputSerializer(serializers.Serializer):
     items_judged = serializers.IntegerField(help_text="Open items now executed or lapsed.")
     executed = serializers.IntegerField()
     cancelled = serializers.IntegerField()
+    executing = serializers.IntegerField(help_text="Open items being executed now: not judged.")
     not_yet_due = serializers.IntegerField()
     skill_runs = serializers.IntegerField()
     skill_runs_succeeded = serializers.IntegerField()

@@ -72,6 +72,7 @@ def nothing_to_measure() -> str | None:
             f"no carry-over to judge in {window}: {total.successions} handovers of "
             f"{len(report.per_agent)} live agents, {total.open_items} open items judged for "
             f"survival, {total.items_judged} for execution ({total.not_yet_due} not due yet, "
+            f"{total.executing} being executed, "
             f"{total.in_flight} in handovers not resumed yet)"
         )
     return None

@@ -211,6 +211,19 @@ class TestOpenItemsAcrossSuccessions:
         assert (late.items_judged, late.executed) == (1, 0)
         assert late.rates()["open_item_execution_rate"] == 0.0
 
+    def test_an_item_being_executed_past_the_grace_is_not_judged(self, client_a):
+        thread = post(client_a, "/api/v1/threads", {"key": "slow", "session_id": "s1"})["id"]
+        chore = intention(client_a, "migrate the archive", thread=thread)
+        hand_over(client_a, thread, "s2")
+        act(client_a, chore, "fire")
+        act(client_a, chore, "start")  # the successor is at it
+        late = figures(client_a, window(ahead=timedelta(hours=2)))
+        assert (late.items_judged, late.executed, late.executing) == (0, 0, 1)
+        assert late.rates()["open_item_execution_rate"] is None
+        act(client_a, chore, "complete")
+        done = figures(client_a, window(ahead=timedelta(hours=2)))
+        assert (done.items_judged, done.executed, done.executing) == (1, 1, 0)
+
 
 class TestReadsFeedbackAndSkills:
     def test_retrieval_without_use_and_stale_answers(self, client_a):

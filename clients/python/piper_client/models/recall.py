@@ -144,6 +144,7 @@ class CarryOver(ApiModel):
     items_judged: int
     executed: int
     cancelled: int
+    executing: int
     not_yet_due: int
     skill_runs: int
     skill_runs_succeeded: int
