@@ -102,16 +102,15 @@ def worktree(commit: str) -> Path:
     return path
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * p / 100
-    low = int(k)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+def pct(values: list[float], p: float) -> float:
+    # Imported here: a --serve side must import its own tree's _harness first.
+    from _harness import percentile
+
+    return percentile(values, p)
 
 
 def summary(values: list[float]) -> str:
-    return " / ".join(f"{percentile(values, p):.1f}" for p in (50, 95, 99))
+    return " / ".join(f"{pct(values, p):.1f}" for p in (50, 95, 99))
 
 
 def main() -> int:
@@ -163,7 +162,7 @@ def main() -> int:
     base_p50, this_p50 = statistics.median(times["base"]), statistics.median(times["this"])
     print(
         f"this ÷ base: medians ×{this_p50 / base_p50:.3f}, p95 "
-        f"×{percentile(times['this'], 95) / percentile(times['base'], 95):.3f}; paired median "
+        f"×{pct(times['this'], 95) / pct(times['base'], 95):.3f}; paired median "
         f"{statistics.median(paired):+.1f} ms; the same block {same}/{args.samples}; "
         f"load {os.getloadavg()[0]:.2f}"
     )

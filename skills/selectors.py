@@ -56,6 +56,18 @@ _RECENT = (
 )
 
 
+def _run_figures() -> dict:
+    """The annotations of a version's runs that its evidence shows: finished runs,
+    the last one's time, and the last SKILLS_RECENT_WINDOW runs and successes."""
+    window = settings.SKILLS_RECENT_WINDOW
+    return {
+        "executions_total": Count("executions", filter=FINISHED),
+        "last_used_at": Max("executions__created_at"),
+        "recent_total": RawSQL(f"SELECT count FROM ({_RECENT}) x(count, ok)", [window]),
+        "recent_successes": RawSQL(f"SELECT ok FROM ({_RECENT}) x(count, ok)", [window]),
+    }
+
+
 def with_stats(versions: QuerySet[SkillVersion]) -> QuerySet[SkillVersion]:
     """Annotate what is derived from executions and validations:
 
@@ -67,9 +79,8 @@ def with_stats(versions: QuerySet[SkillVersion]) -> QuerySet[SkillVersion]:
     latest_validation = Validation.objects.filter(version=OuterRef("pk")).exclude(
         status=ValidationStatus.QUEUED
     )
-    window = settings.SKILLS_RECENT_WINDOW
     return versions.annotate(
-        executions_total=Count("executions", filter=FINISHED),
+        **_run_figures(),
         successes=Count("executions", filter=FINISHED & Q(executions__succeeded=True)),
         failures=Count("executions", filter=FINISHED & Q(executions__succeeded=False)),
         verified_successes=Count(
@@ -83,9 +94,6 @@ def with_stats(versions: QuerySet[SkillVersion]) -> QuerySet[SkillVersion]:
             "executions",
             filter=FINISHED & Q(executions__novel_params=True, executions__succeeded=True),
         ),
-        last_used_at=Max("executions__created_at"),
-        recent_total=RawSQL(f"SELECT count FROM ({_RECENT}) x(count, ok)", [window]),
-        recent_successes=RawSQL(f"SELECT ok FROM ({_RECENT}) x(count, ok)", [window]),
         last_validated_at=Subquery(latest_validation.order_by("-id").values("finished_at")[:1]),
         last_validation_status=Subquery(latest_validation.order_by("-id").values("status")[:1]),
     )
@@ -135,7 +143,6 @@ def versions_as_evidence(
     ids = list(version_ids)
     if not ids:
         return {}
-    window = settings.SKILLS_RECENT_WINDOW
     return (
         SkillVersion.objects.filter(agent=agent, pk__in=ids)
         .select_related("source_event")
@@ -146,12 +153,7 @@ def versions_as_evidence(
             "source_event__source_type",
             "source_event__authority",
         )
-        .annotate(
-            executions_total=Count("executions", filter=FINISHED),
-            last_used_at=Max("executions__created_at"),
-            recent_total=RawSQL(f"SELECT count FROM ({_RECENT}) x(count, ok)", [window]),
-            recent_successes=RawSQL(f"SELECT ok FROM ({_RECENT}) x(count, ok)", [window]),
-        )
+        .annotate(**_run_figures())
         .in_bulk()
     )
 

@@ -36,7 +36,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
 
 from piper.api.serializers import api_datetime
 from piper.errors import InvalidInput
@@ -50,6 +49,7 @@ from .inputs import RecallFilters
 from .intentions import intention_evidence
 from .privacy import cleared
 from .results import CONTESTED, CURRENT, Ask, Evidence, QueryVector, age_seconds
+from .telemetry import telemetry_transaction
 
 TOKENS, CHARACTERS = "tokens", "characters"
 DEFAULT_BUDGET = {TOKENS: 2000}
@@ -720,11 +720,7 @@ def context_assemble(
     returned = [item for s in SECTIONS for item in chosen[s]]
     latency_ms = round((time.perf_counter() - started) * 1000, 3)
     left_out = {id(item) for item in omitted}  # by identity: Items compare by value
-    with transaction.atomic():
-        # The trace is telemetry about a read, as a direct read's is
-        # (services/telemetry.py): its commit does not wait for the WAL flush.
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+    with telemetry_transaction():  # a read's trace, as a direct read's
         trace = RetrievalTrace.objects.create(
             agent=agent,
             query=task or _untitled(thread, request.session_id),

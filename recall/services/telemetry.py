@@ -10,8 +10,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -43,13 +44,21 @@ def read_trace_record(
         return None
     if route not in _READ_ROUTES:
         raise ValueError(f"{route!r} is not a read route")
-    with transaction.atomic():
-        # Telemetry, not evidence: a crash may lose the last few traces, so the
-        # read does not wait for the WAL to reach the disk (one fsync per read).
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+    with telemetry_transaction():
         trace = _read_trace_insert(agent, route, query, filters, returned, latency_ms)
     return trace.pk
+
+
+@contextlib.contextmanager
+def telemetry_transaction() -> Iterator[None]:
+    """A transaction for a read's trace. Telemetry, not evidence: a crash may lose
+    the last few traces, so the read does not wait for the WAL to reach the disk
+    (one fsync per read). The setting lasts to the end of the outermost
+    transaction, which is a read's own."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        yield
 
 
 def _read_trace_insert(agent, route, query, filters, returned, latency_ms) -> RetrievalTrace:
