@@ -188,14 +188,7 @@ def validation_run(*, validation_id: uuid.UUID) -> Validation | None:
     if validation is None:
         logger.info("validation %s is gone or finished", validation_id)
         return None
-    with _running(validation.pk) as mine:
-        if not mine:
-            # A re-delivered or re-queued task while a worker runs it: that one finishes it.
-            logger.info("validation %s is being run by another worker", validation_id)
-            return None
-        if not Validation.objects.filter(pk=validation.pk, status=ValidationStatus.QUEUED).exists():
-            return None  # finished by the worker that held the lock a moment ago
-        return _validation_run(validation)
+    return _run_once(validation, "validation", ValidationStatus.QUEUED, _validation_run)
 
 
 def _validation_run(validation: Validation) -> Validation | None:
@@ -243,6 +236,34 @@ _TRY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
 _UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
 
 
+def _run_once(row, kind: str, queued: str, run):
+    """`run(row)` under the row's run lock, if no other worker holds it and the row
+    is still queued; else None. A re-delivered or re-queued task while a worker
+    runs it steps aside: that one finishes it."""
+    with _running(row.pk, kind) as mine:
+        if not mine:
+            logger.info("%s %s is being run by another worker", kind, row.pk)
+            return None
+        if not type(row).objects.filter(pk=row.pk, status=queued).exists():
+            return None  # finished by the worker that held the lock a moment ago
+        return run(row)
+
+
+def _requeue_unowned(ids, kind: str, enqueue) -> tuple[list[uuid.UUID], int]:
+    """Queue again each of `ids` whose run lock is free (no worker runs it);
+    (those queued, how many are being run)."""
+    requeued, running = [], 0
+    for pk in ids:
+        with _running(pk, kind) as free:
+            pass
+        if free:
+            enqueue(pk)
+            requeued.append(pk)
+        else:
+            running += 1
+    return requeued, running
+
+
 @contextlib.contextmanager
 def _running(validation_id: uuid.UUID, kind: str = "validation") -> Iterator[bool]:
     """Hold the validation's (execution's) run lock if no one else does; yields
@@ -287,15 +308,7 @@ def validation_backlog(*, grace_seconds: int, limit: int = 500) -> ValidationBac
         .order_by("id")
         .values_list("pk", flat=True)[:limit]
     )
-    requeued, running = [], 0
-    for validation_id in stale:
-        with _running(validation_id) as free:
-            pass
-        if not free:
-            running += 1
-            continue
-        _enqueue_validation(validation_id)
-        requeued.append(validation_id)
+    requeued, running = _requeue_unowned(stale, "validation", _enqueue_validation)
     unpromoted = list(
         SkillVersion.objects.filter(
             status__in=(VersionStatus.CANDIDATE, VersionStatus.EXPERIMENTAL),
@@ -314,21 +327,18 @@ def validation_backlog(*, grace_seconds: int, limit: int = 500) -> ValidationBac
     ]
     # Executions the same way: the sandbox's tools only read, so a second run is
     # harmless, and the finish is a compare-and-set from queued.
-    executions = []
-    for execution_id in (
+    executions, also_running = _requeue_unowned(
         Execution.objects.filter(status=ExecutionStatus.QUEUED, created_at__lt=cutoff)
         .order_by("id")
-        .values_list("pk", flat=True)[:limit]
-    ):
-        with _running(execution_id, "execution") as free:
-            pass
-        if not free:
-            running += 1
-            continue
-        _enqueue_execution(execution_id)
-        executions.append(execution_id)
+        .values_list("pk", flat=True)[:limit],
+        "execution",
+        _enqueue_execution,
+    )
     return ValidationBacklog(
-        requeued=requeued, running=running, promotions=promotions, executions_requeued=executions
+        requeued=requeued,
+        running=running + also_running,
+        promotions=promotions,
+        executions_requeued=executions,
     )
 
 
@@ -513,13 +523,7 @@ def execution_run(*, execution_id: uuid.UUID) -> Execution | None:
     if execution is None:
         logger.info("execution %s is gone or finished", execution_id)
         return None
-    with _running(execution.pk, "execution") as mine:
-        if not mine:
-            logger.info("execution %s is being run by another worker", execution_id)
-            return None
-        if not Execution.objects.filter(pk=execution.pk, status=ExecutionStatus.QUEUED).exists():
-            return None  # finished by the worker that held the lock a moment ago
-        return _execution_run(execution)
+    return _run_once(execution, "execution", ExecutionStatus.QUEUED, _execution_run)
 
 
 def _execution_run(execution: Execution) -> Execution | None:
