@@ -21,6 +21,22 @@ class AnchorsUnreadable(ValueError):
     """The file exists but is not an anchors file (left alone: it is evidence)."""
 
 
+def chain_verify_anchored(*, agent, anchors: dict[str, dict]):
+    """The agent's chain verified against its anchor in `anchors`, whose entry
+    then moves to the chain's end if it verified (a broken chain's stays).
+    (the ChainReport, whether it had an anchor, whether the anchor moved)."""
+    from .selectors import chain_verify
+
+    anchor = anchors.get(str(agent.pk))
+    report = chain_verify(agent=agent, anchor=(anchor["seq"], anchor["hash"]) if anchor else None)
+    moved = False
+    if report.ok and report.last_seq:
+        end = {"seq": report.last_seq, "hash": report.last_hash}
+        moved = anchor != end
+        anchors[str(agent.pk)] = end
+    return report, anchor is not None, moved
+
+
 def anchors_read(path: Path) -> dict[str, dict]:
     """{agent id: {"seq", "hash"}}; {} when the file does not exist yet."""
     if not path.exists():

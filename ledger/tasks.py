@@ -11,8 +11,7 @@ from django.conf import settings
 
 from piper.tenancy.models import Agent
 
-from .anchors import AnchorsUnreadable, anchors_read, anchors_write
-from .selectors import chain_verify
+from .anchors import AnchorsUnreadable, anchors_read, anchors_write, chain_verify_anchored
 
 logger = logging.getLogger(__name__)
 
@@ -46,19 +45,13 @@ def verify_chains() -> dict:
         "anchors": anchors,
     }
     for agent in agents.iterator():
-        anchor = kept.get(str(agent.pk))
-        report = chain_verify(
-            agent=agent, anchor=(anchor["seq"], anchor["hash"]) if anchor else None
-        )
-        anchors["checked"] += anchor is not None
+        report, anchored, moved = chain_verify_anchored(agent=agent, anchors=kept)
+        anchors["checked"] += anchored
+        anchors["moved"] += moved and path is not None
         summary["agents_checked"] += 1
         summary["events_checked"] += report.events_checked
         summary["events_by_agent"][agent.name] = report.events_checked
         if report.ok:
-            end = {"seq": report.last_seq, "hash": report.last_hash}
-            if path is not None and report.last_seq and anchor != end:
-                kept[str(agent.pk)] = end
-                anchors["moved"] += 1
             continue
         brk = report.first_break
         logger.error(

@@ -2,8 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.anchors import AnchorsUnreadable, anchors_read, anchors_write
-from ledger.selectors import chain_verify
+from ledger.anchors import AnchorsUnreadable, anchors_read, anchors_write, chain_verify_anchored
 from piper.tenancy.models import Agent
 
 
@@ -33,14 +32,9 @@ class Command(BaseCommand):
         kept = _read_anchors(Path(anchors)) if anchors else {}
         broken = 0
         for each in agents:
-            anchor = kept.get(str(each.pk))
-            report = chain_verify(
-                agent=each, anchor=(anchor["seq"], anchor["hash"]) if anchor else None
-            )
+            report, _, _ = chain_verify_anchored(agent=each, anchors=kept)
             if report.ok:
                 self.stdout.write(f"ok      {each.name}: {report.events_checked} events")
-                if report.last_seq:
-                    kept[str(each.pk)] = {"seq": report.last_seq, "hash": report.last_hash}
             else:
                 broken += 1
                 brk = report.first_break
