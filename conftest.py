@@ -6,7 +6,7 @@ from rest_framework.test import APIClient
 from piper.tenancy.models import Scope
 from piper.tenancy.services import agent_create, api_key_create
 
-pytest_plugins = ["piper.testing"]
+pytest_plugins = ["testsupport.plugin"]
 
 
 class AgentClient(APIClient):

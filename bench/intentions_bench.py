@@ -977,10 +977,10 @@ def _http_resume(args, key: str, thread) -> tuple[list[float], int, str]:
 
 
 class Worker:
-    """`celery worker` as a subprocess on this run's own queue(s) (piper.testing's helpers)."""
+    """`celery worker` as a subprocess on this run's own queue(s) (testsupport.plugin's helpers)."""
 
     def __init__(self, queue: str, concurrency: int, conf: dict, name: str = "") -> None:
-        from piper.testing import WorkerProcess, _wait_until_ready
+        from testsupport.plugin import WorkerProcess, _wait_until_ready
 
         self.log_dir = Path(tempfile.mkdtemp(prefix="piper-bench-worker-"))
         env = {
@@ -994,7 +994,7 @@ class Worker:
         command = [
             PYTHON,
             "-c",
-            "from piper.testing import celery_main; celery_main()",
+            "from testsupport.plugin import celery_main; celery_main()",
             "worker",
             "--pool=prefork",
             f"--concurrency={concurrency}",

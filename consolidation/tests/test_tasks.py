@@ -22,7 +22,7 @@ from ledger.models import Event
 from ledger.selectors import chain_verify
 from piper.tenancy.services import agent_deactivate
 from piper.tenancy.tests.factories import AgentFactory
-from piper.testing import celery_client, start_worker
+from testsupport.plugin import celery_client, start_worker
 
 
 def wait_for(condition, timeout: float, what: str, processes=()):

@@ -163,7 +163,7 @@ def test_a_failed_build_leaves_no_table_and_no_registry_row(agent, monkeypatch):
 def test_one_build_at_a_time(agent):
     import psycopg
 
-    from piper.testing import database_url
+    from testsupport.plugin import database_url
 
     other = psycopg.connect(database_url(connection.settings_dict), autocommit=True)
     try:
@@ -214,7 +214,7 @@ def test_a_vector_written_while_the_leaf_is_registered_is_in_it(agent):
 
     import psycopg
 
-    from piper.testing import database_url
+    from testsupport.plugin import database_url
 
     waiting = Episode.objects.filter(agent=agent, embedding__isnull=True).order_by("id").first()
     writer = psycopg.connect(database_url(connection.settings_dict))

@@ -170,7 +170,7 @@ def test_a_limit_below_one_is_refused():
 def test_one_build_at_a_time(agents):
     import psycopg
 
-    from piper.testing import database_url
+    from testsupport.plugin import database_url
 
     big, _ = agents
     # Another session (as another worker would) holds the build lock.

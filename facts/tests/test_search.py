@@ -402,7 +402,7 @@ def test_a_background_refresh_gives_way_to_a_lock_instead_of_deadlocking():
     from django.db import OperationalError
 
     from facts.tasks import LOCK_TIMEOUT_MS, _gave_way
-    from piper.testing import database_url
+    from testsupport.plugin import database_url
 
     agent = AgentFactory()
     claim(agent, "Alice", "city", "Paris", at(2024))

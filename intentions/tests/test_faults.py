@@ -29,7 +29,7 @@ from ledger.selectors import chain_verify
 from ledger.services import event_append
 from piper.tenancy.models import Agent
 from piper.tenancy.tests.factories import AgentFactory
-from piper.testing import celery_client, start_beat, start_redis_server, start_worker
+from testsupport.plugin import celery_client, start_beat, start_redis_server, start_worker
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

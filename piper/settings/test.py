@@ -23,7 +23,7 @@ DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PIPER_TEST_DB", "test_pi
 CACHES["default"]["KEY_PREFIX"] = f"piper-test-{RUN_ID}"  # noqa: F405
 # Nobody consumes this queue: the celery_worker_process fixture points the
 # default queue at its worker's own queue only while a test that asks for it
-# runs (piper/testing.py), so no other test's tasks run behind its back.
+# runs (testsupport/plugin.py), so no other test's tasks run behind its back.
 CELERY_TASK_DEFAULT_QUEUE = f"piper-test-{RUN_ID}"
 # No routes: sandbox tasks follow the default queue wherever the fixture points
 # it (a fixed route would be read once, when Celery builds its router).

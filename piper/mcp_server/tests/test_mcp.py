@@ -342,7 +342,7 @@ def test_resources_read_the_working_state_and_due_intentions(db):
 
 
 def _free_port() -> int:
-    from piper.testing import free_port
+    from testsupport.plugin import free_port
 
     return free_port()
 
@@ -406,7 +406,7 @@ def test_streamable_http_takes_each_requests_bearer_key(db):
 def test_manage_py_mcp_serves_stdio(db):
     from mcp import Client, StdioServerParameters
 
-    from piper.testing import _process_env
+    from testsupport.plugin import _process_env
 
     client = make_client("mcp-stdio")
     env = _process_env(connection.settings_dict, None, None)

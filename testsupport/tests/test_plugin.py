@@ -5,7 +5,7 @@ import os
 import dj_database_url
 import pytest
 
-from piper.testing import database_url
+from testsupport.plugin import database_url
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_database_url_for_the_embedded_socket():
 def test_the_pytest_process_waits_longer_than_a_worker_before_looking_for_deadlocks(db):
     from django.db import connection
 
-    from piper.testing import PYTEST_DEADLOCK_TIMEOUT
+    from testsupport.plugin import PYTEST_DEADLOCK_TIMEOUT
 
     with connection.cursor() as cursor:
         cursor.execute("SHOW deadlock_timeout")

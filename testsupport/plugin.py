@@ -1,6 +1,6 @@
 """pytest plugin: a real Celery worker process for tests of asynchronous behaviour.
 
-Loaded by the root ``conftest.py`` (``pytest_plugins = ["piper.testing"]``).
+Loaded by the root ``conftest.py`` (``pytest_plugins = ["testsupport.plugin"]``).
 
 ``celery_worker_process`` gives a test ``celery -A piper worker``, a child
 process that talks to the same Redis as the tests and to the *test* database
@@ -167,7 +167,7 @@ def _process_env(settings_dict: dict, redis_url: str | None, conf: dict | None) 
 
 def _celery_command(conf: dict | None) -> list[str]:
     if conf:
-        return [sys.executable, "-c", "from piper.testing import celery_main; celery_main()"]
+        return [sys.executable, "-c", "from testsupport.plugin import celery_main; celery_main()"]
     return [sys.executable, "-m", "celery", "-A", "piper"]
 
 
