@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "forgetting",
     "battery",
     "piper.mcp_server",  # agent-facing: over the API, above every memory
+    "piper.schedule",  # wiring: the periodic tasks of every app above
 ]
 
 MIDDLEWARE = [

@@ -1,16 +1,17 @@
-"""Create or update every periodic task celery-beat runs. Idempotent; run on every deploy."""
+"""Every periodic task celery-beat runs, as code.
+
+``manage.py setup_periodic_tasks`` writes this table into django-celery-beat's
+tables (``services.periodic_tasks_sync``). The tasks are named, not imported:
+the schedule sits in the wiring layer, above every app whose task it runs.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
-from django.db import transaction
-from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-# Every task this command manages is named with this prefix; one it created
+# Every task setup_periodic_tasks manages is named with this prefix; one it created
 # earlier and no longer defines is disabled (never deleted, so its run history
 # stays visible in the admin).
 PREFIX = "piper:"
@@ -146,88 +147,3 @@ PERIODIC_TASKS: tuple[Periodic, ...] = (
         expire_seconds=settings.CONSOLIDATION_CYCLE_SECONDS,
     ),
 )
-
-
-def _schedule_fields(schedule: Every | Cron) -> dict:
-    if isinstance(schedule, Every):
-        # IntervalSchedule has no unique constraint: reuse the oldest match.
-        interval = (
-            IntervalSchedule.objects.filter(every=schedule.seconds, period=IntervalSchedule.SECONDS)
-            .order_by("pk")
-            .first()
-        ) or IntervalSchedule.objects.create(
-            every=schedule.seconds, period=IntervalSchedule.SECONDS
-        )
-        return {"interval": interval, "crontab": None}
-    lookup = {
-        "minute": schedule.minute,
-        "hour": schedule.hour,
-        "day_of_week": schedule.day_of_week,
-        "day_of_month": schedule.day_of_month,
-        "month_of_year": schedule.month_of_year,
-        "timezone": ZoneInfo("UTC"),
-    }
-    crontab = CrontabSchedule.objects.filter(**lookup).order_by("pk").first()
-    return {"interval": None, "crontab": crontab or CrontabSchedule.objects.create(**lookup)}
-
-
-def periodic_tasks_sync(definitions: tuple[Periodic, ...] = PERIODIC_TASKS) -> dict[str, list[str]]:
-    """Make the PeriodicTask rows match ``definitions``.
-
-    Returns the names created, updated, unchanged and disabled. Rows are only
-    saved when a field differs, so a second run changes nothing at all (not
-    even ``date_changed``) and celery-beat does not reload its schedule.
-    """
-    result: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": [], "disabled": []}
-    with transaction.atomic():
-        for spec in definitions:
-            wanted = {
-                "task": spec.task,
-                **_schedule_fields(spec.schedule),
-                "solar": None,
-                "clocked": None,
-                "args": "[]",
-                "kwargs": "{}",
-                "queue": None,
-                "expires": None,
-                "expire_seconds": spec.expire_seconds,
-                "one_off": False,
-                "enabled": True,
-                "description": spec.description,
-            }
-            task = PeriodicTask.objects.select_for_update().filter(name=spec.name).first()
-            if task is None:
-                PeriodicTask.objects.create(name=spec.name, **wanted)
-                result["created"].append(spec.name)
-                continue
-            changed = [f for f, value in wanted.items() if getattr(task, f) != value]
-            if changed:
-                for f in changed:
-                    setattr(task, f, wanted[f])
-                task.save()
-                result["updated"].append(spec.name)
-            else:
-                result["unchanged"].append(spec.name)
-        stale = (
-            PeriodicTask.objects.select_for_update()
-            .filter(name__startswith=PREFIX, enabled=True)
-            .exclude(name__in=[spec.name for spec in definitions])
-        )
-        for task in stale:
-            task.enabled = False
-            task.save()  # save(), not update(): beat is told the schedule changed
-            result["disabled"].append(task.name)
-    return result
-
-
-class Command(BaseCommand):
-    help = (
-        "Create or update the periodic tasks celery-beat runs (django-celery-beat's "
-        f"database scheduler). Idempotent; disables '{PREFIX}*' tasks no longer defined."
-    )
-
-    def handle(self, *args, **options):
-        result = periodic_tasks_sync()
-        for state in ("created", "updated", "unchanged", "disabled"):
-            for name in result[state]:
-                self.stdout.write(f"{state:<10} {name}")

@@ -7,7 +7,7 @@ from django.core.management import call_command
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from piper.celery import app
-from piper.tenancy.management.commands.setup_periodic_tasks import PERIODIC_TASKS
+from piper.schedule.periodic import PERIODIC_TASKS
 
 pytestmark = pytest.mark.django_db
 
