@@ -14,6 +14,16 @@ however alike the rest, so two episodes whose tokens with a digit in them
 It collapses the new episode into the earliest such canonical episode through
 episodes.services.episodes_collapse: the duplicate keeps its row and its event,
 and searches answer with the canonical episode in its place.
+
+Only current versions take part: a retracted or corrected version is neither a
+duplicate nor a canonical (the run does not read it, the pools leave it out, and
+episodes_collapse refuses it). A correction is read as the new episode it
+records (its episode.corrected event), so it is compared with what was recorded
+before it but never with the version it corrects — a correction is nearly that
+version's text, and collapsing it there would hide the corrected text behind the
+withdrawn one. After a collapse, a withdrawn duplicate stays in its group (it is
+found by nothing), and a corrected canonical keeps its group: search answers for
+the group with the canonical's last correction (episodes.retrieval).
 """
 
 from __future__ import annotations

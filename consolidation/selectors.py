@@ -26,10 +26,11 @@ from .models import (
 EPISODE_RECORDED = "episode.recorded"
 TRACE_RECORDED = "skill.trace_recorded"
 # The ledger events each kind of run reads: a facts run also reads corrections and
-# retractions of episodes (services.WITHDRAWALS).
+# retractions of episodes (services.WITHDRAWALS); a duplicates run reads a correction
+# as the new episode it records (a retraction leaves it nothing to group).
 READS = {
     RunKind.FACTS: [EPISODE_RECORDED, "episode.corrected", "episode.retracted"],
-    RunKind.DUPLICATES: [EPISODE_RECORDED],
+    RunKind.DUPLICATES: [EPISODE_RECORDED, "episode.corrected"],
     RunKind.SKILLS: [TRACE_RECORDED],
 }
 

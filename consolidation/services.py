@@ -296,7 +296,8 @@ def consolidation_run_step(
             if run.kind == RunKind.DUPLICATES:
                 columns += ["canonical_id", "embedding"]
             rows = list(
-                # A retracted or corrected version is no evidence any more (episodes).
+                # A retracted or corrected version is no evidence any more (episodes),
+                # nor a duplicate: its correction, read as a new episode, stands for it.
                 Episode.objects.filter(
                     agent_id=run.agent_id, raw_event_id__in=event_ids, status=EpisodeStatus.ACTIVE
                 )

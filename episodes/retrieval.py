@@ -1365,9 +1365,10 @@ def _canonical_hits(spec: _Spec, cands: list[_Candidate], limit: int) -> list[Hi
         for c, obj in loaded:
             signals = c.signals
             if obj.canonical_id is not None and obj.canonical_id in canonical:
-                signals = {**c.signals, "duplicate_of": str(obj.canonical_id)}
+                answer = canonical[obj.canonical_id]
+                signals = {**c.signals, "duplicate_of": str(answer.pk)}
                 signals["collapsed_hit"] = str(obj.pk)
-                obj = canonical[obj.canonical_id]
+                obj = answer
             if obj.pk in shown:
                 merged = True
                 continue
@@ -1379,22 +1380,32 @@ def _canonical_hits(spec: _Spec, cands: list[_Candidate], limit: int) -> list[Hi
 
 
 def _episodes_by_id(spec: _Spec, ids: set) -> dict:
-    """Episodes by id, every column but the search columns (canonical episodes of hits).
-    A withdrawn canonical episode is not among them: its duplicates answer for themselves."""
+    """{canonical episode id: the version that answers for its group}, every column but
+    the search columns. A corrected canonical answers with the version that corrects it
+    (its last correction): its duplicates repeated what it said, and a correction of
+    what the search showed for them all is not to be undone by a copy of the old text.
+    A retracted one (or one whose last correction was retracted) is not among them: its
+    duplicates answer for themselves."""
     columns = ", ".join(f"e.{c}" for c in spec.columns)
     with server_bound_cursor(binary=True) as cursor:
         cursor.execute(
-            f"SELECT {columns}, e.embedding IS NOT NULL FROM {spec.table} e "
-            f"WHERE e.id = ANY(%s::uuid[]) AND {spec.live}",
+            f"WITH RECURSIVE v(asked, id, next) AS ("
+            f" SELECT o.id, o.id, o.superseded_by FROM {spec.table} o"
+            f"  WHERE o.id = ANY(%s::uuid[])"
+            f" UNION ALL"
+            f" SELECT v.asked, n.id, n.superseded_by FROM v JOIN {spec.table} n ON n.id = v.next)"
+            f" SELECT v.asked, {columns}, e.embedding IS NOT NULL"
+            f" FROM v JOIN {spec.table} e ON e.id = v.id"
+            f" WHERE v.next IS NULL AND {spec.live}",
             [list(ids)],
         )
         rows = cursor.fetchall()
     attnames = _attnames(spec.model, spec.columns)
     found = {}
     for row in rows:
-        obj = spec.model.from_db(connection.alias, attnames, row[:-1])
+        obj = spec.model.from_db(connection.alias, attnames, row[1:-1])
         obj.embedded = row[-1]
-        found[obj.pk] = obj
+        found[row[0]] = obj
     return found
 
 

@@ -441,7 +441,8 @@ def episodes_collapse(
     duplicates, or no reason; Unprocessable (unknown_episode_reference) for an id
     that is not this agent's episode; Conflict (already_collapsed) when the
     canonical is itself a duplicate, a duplicate is already one, or a duplicate
-    has duplicates of its own. Nothing is written on a refusal.
+    has duplicates of its own; Conflict (not_current) when one of them is a
+    retracted or corrected version. Nothing is written on a refusal.
     """
     duplicates = list(dict.fromkeys(duplicate_ids))
     if not duplicates or len(duplicates) > MAX_BATCH:
@@ -460,19 +461,32 @@ def episodes_collapse(
             details={"reason": ["required"]},
         )
     with transaction.atomic():
+        # The agent's chain, then the rows (the order of _current_version): a
+        # retraction or correction is either seen here or comes after the collapse.
+        chain_lock(agent=agent)
         wanted = [canonical_id, *duplicates]
-        rows = dict(
-            Episode.objects.select_for_update()
+        locked = {
+            pk: (canonical, status)
+            for pk, canonical, status in Episode.objects.select_for_update()
             .filter(agent=agent, pk__in=wanted)
             .order_by("pk")
-            .values_list("pk", "canonical_id")
-        )
-        if missing := [str(i) for i in wanted if i not in rows]:
+            .values_list("pk", "canonical_id", "status")
+        }
+        if missing := [str(i) for i in wanted if i not in locked]:
             raise Unprocessable(
                 f"episode {missing[0]} does not exist",
                 code="unknown_episode_reference",
                 details={"missing_episode_ids": missing},
             )
+        # A withdrawn version is no duplicate and answers for no group; its correction
+        # is a new episode, compared as one (consolidation.duplicates).
+        if withdrawn := [str(i) for i in wanted if locked[i][1] != EpisodeStatus.ACTIVE]:
+            raise Conflict(
+                f"episode {withdrawn[0]} was retracted or corrected, it is not the current version",
+                code="not_current",
+                details={"episode_ids": withdrawn},
+            )
+        rows = {pk: canonical for pk, (canonical, _) in locked.items()}
         if rows[canonical_id] is not None:
             raise Conflict(
                 f"episode {canonical_id} is itself a duplicate of {rows[canonical_id]}; "
