@@ -40,6 +40,7 @@ from django.db import connection
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Event
+from ledger.projections import rebuild_each_agent
 from piper.ids import uuid7
 from piper.tenancy.models import Agent
 
@@ -54,7 +55,6 @@ from ..models import (
     Thread,
     Transition,
 )
-from .rebuild import rebuild_each_agent
 from .state import HANDOVER_ACKNOWLEDGED, PENDING_CLEARED
 
 logger = logging.getLogger(__name__)

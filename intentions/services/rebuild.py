@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 
-from ledger.models import ChainHead, Event
+from ledger.models import Event
+from ledger.projections import rebuild_each_agent
 from piper.ids import uuid7
 from piper.tenancy.models import Agent
 
@@ -87,39 +88,6 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
         event_types=EVENT_TYPES,
         rebuild_agent=_rebuild_agent,
     )
-
-
-def rebuild_each_agent(
-    agent: Agent | None, *, lock: list, projected: Any, event_types: Any, rebuild_agent: Any
-) -> int:
-    """One transaction: lock the rows of each `lock` queryset (in the services'
-    order), then the chain heads, so no write interleaves; then
-    `rebuild_agent(agent_id)` for `agent`, or for every agent with rows of
-    `projected` or events of `event_types`. Returns the events applied."""
-    scope = {"agent": agent} if agent is not None else {}
-    with transaction.atomic():
-        for rows in lock:
-            list(rows.filter(**scope).order_by("pk").values_list("pk", flat=True))
-        list(
-            ChainHead.objects.select_for_update()
-            .filter(**scope)
-            .order_by("agent_id")
-            .values_list("agent_id", flat=True)
-        )
-        agent_ids = (
-            [agent.pk]
-            if agent is not None
-            else sorted(
-                set(projected.objects.order_by().values_list("agent_id", flat=True).distinct())
-                | set(
-                    Event.objects.filter(event_type__in=event_types)
-                    .order_by()
-                    .values_list("agent_id", flat=True)
-                    .distinct()
-                )
-            )
-        )
-        return sum(rebuild_agent(agent_id) for agent_id in agent_ids)
 
 
 @dataclass
