@@ -241,7 +241,6 @@ def bulk_create(agent, inputs) -> list:
     with bulk_create; all in one transaction."""
     from django.db import transaction
 
-    from intentions.clock import now_for
     from intentions.models import (
         Intention,
         IntentionDependency,
@@ -253,6 +252,7 @@ def bulk_create(agent, inputs) -> list:
     from ledger.services import EventDraft, events_append
     from piper.ids import uuid7
     from piper.provenance import SourceType
+    from piper.tenancy.clock import now_for
 
     now = now_for(agent.pk)
     needed = {d for data in inputs for d in data.dependencies}

@@ -20,7 +20,6 @@ from piper.admin_display import pretty_json
 from piper.errors import PiperError
 
 from .models import (
-    AgentClock,
     Escalation,
     EventCursor,
     Firing,
@@ -655,17 +654,6 @@ class WebhookAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_select_related = ["agent"]
     search_fields = ["agent__name", "url"]
     readonly_fields = ["agent", "url", "is_active", "created_at"]
-    fields = readonly_fields
-
-
-@admin.register(AgentClock)
-class AgentClockAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    """Battery agents' simulated 'now' (PUT /api/v1/clock); celery-beat leaves them alone."""
-
-    list_display = ["agent", "now"]
-    list_select_related = ["agent"]
-    search_fields = ["agent__name"]
-    readonly_fields = ["agent", "now"]
     fields = readonly_fields
 
 

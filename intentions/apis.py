@@ -22,10 +22,10 @@ from piper.api.inputs import IDEMPOTENCY_KEY, body_data, query_data
 from piper.api.pagination import NewestIdCursorPagination, StrictCursorPagination
 from piper.api.serializers import CursorQuerySerializer
 from piper.errors import NotFound, Unprocessable
+from piper.tenancy.clock import now_for
 from piper.tenancy.models import Agent, Scope
 
 from . import selectors
-from .clock import now_for
 from .models import Thread, TriggerType
 from .serializers import (
     ClockInputSerializer,

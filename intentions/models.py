@@ -421,19 +421,6 @@ class EventCursor(models.Model):
         return f"{self.agent_id} @ {self.last_seq}"
 
 
-class AgentClock(models.Model):
-    """A simulated 'now' for an agent (battery agents only): the engine uses it
-    instead of the wall clock, so time-based behaviour is tested in seconds."""
-
-    agent = models.OneToOneField(
-        Agent, on_delete=models.CASCADE, primary_key=True, related_name="+"
-    )
-    now = models.DateTimeField()
-
-    def __str__(self) -> str:
-        return f"{self.agent_id}: {self.now}"
-
-
 class Webhook(models.Model):
     """Where an agent wants firings and escalations delivered (signed with HMAC-SHA256)."""
 

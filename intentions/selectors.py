@@ -17,10 +17,9 @@ from django.utils.dateparse import parse_datetime
 
 from piper.api.rendering import RawJSON
 from piper.errors import NotFound
-from piper.tenancy.models import Agent
+from piper.tenancy.models import Agent, AgentClock
 
 from .models import (
-    AgentClock,
     Firing,
     Handover,
     Intention,

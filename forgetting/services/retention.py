@@ -24,11 +24,11 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 
-from intentions.clock import now_for
 from ledger.models import Event
 from ledger.services import event_append
 from piper.errors import InvalidInput
 from piper.provenance import RetentionClass, SourceType
+from piper.tenancy.clock import now_for
 from piper.tenancy.models import Agent
 
 from ..models import ErasureKind, RetentionPolicy
@@ -64,7 +64,7 @@ def _errors(*, name, retention_class, event_type, source_type, max_age_days) -> 
 
 def expired_events(policy: RetentionPolicy, *, now=None) -> QuerySet[Event]:
     """The agent's events this policy lets expire by `now` (default: the agent's
-    clock, intentions.clock — simulated for a battery agent), not yet erased,
+    clock, piper.tenancy.clock — simulated for a battery agent), not yet erased,
     oldest first."""
     now = now or now_for(policy.agent_id)
     events = (

@@ -29,11 +29,10 @@ from ledger.services import EventDraft, event_append, events_append
 from piper.errors import InvalidInput
 from piper.ids import uuid7
 from piper.provenance import SourceType
-from piper.tenancy.models import Agent
+from piper.tenancy.clock import now_for, simulated_agent_ids
+from piper.tenancy.models import Agent, AgentClock
 
-from ..clock import now_for, simulated_agent_ids
 from ..models import (
-    AgentClock,
     EventCursor,
     Firing,
     Intention,

@@ -45,9 +45,9 @@ from ledger.services import event_append
 from piper.errors import InvalidInput
 from piper.ids import uuid7
 from piper.provenance import SourceType
+from piper.tenancy.clock import now_for
 from piper.tenancy.models import Agent
 
-from ..clock import now_for
 from ..models import (
     Escalation,
     Intention,

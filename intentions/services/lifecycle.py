@@ -29,9 +29,9 @@ from django.utils.dateparse import parse_datetime
 from ledger.services import event_append, json_storage_error
 from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
 from piper.provenance import PrivacyClass, RetentionClass, SourceType
+from piper.tenancy.clock import now_for
 from piper.tenancy.models import Agent
 
-from ..clock import now_for
 from ..models import (
     TERMINAL,
     TRANSITIONS,

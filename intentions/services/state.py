@@ -21,9 +21,9 @@ from piper.api.rendering import RawJSON
 from piper.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from piper.ids import uuid7
 from piper.provenance import PrivacyClass, RetentionClass, SourceType
+from piper.tenancy.clock import now_for
 from piper.tenancy.models import Agent
 
-from ..clock import now_for
 from ..models import (
     MAX_STATE_BYTES,
     Handover,

@@ -17,7 +17,6 @@ from typing import Any
 import factory
 
 from intentions.models import (
-    AgentClock,
     EventCursor,
     Firing,
     Handover,
@@ -43,6 +42,7 @@ from intentions.services.lifecycle import (
 from intentions.services.state import thread_get_or_create
 from ledger.models import Event
 from ledger.tests.helpers import ledger_state
+from piper.tenancy.models import AgentClock
 from piper.tenancy.tests.factories import AgentFactory
 
 T0 = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)  # a Monday, 09:00 UTC

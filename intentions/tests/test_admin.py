@@ -11,7 +11,6 @@ from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
 from intentions.models import (
-    AgentClock,
     Escalation,
     EventCursor,
     Firing,
@@ -98,7 +97,6 @@ def memory() -> dict:
         "escalation": Escalation.objects.get(intention=escalated),
         "outboxmessage": OutboxMessage.objects.get(firing__intention=fired),
         "webhook": Webhook.objects.get(agent=agent),
-        "agentclock": AgentClock.objects.get(agent=agent),
         "eventcursor": EventCursor.objects.get(agent=agent),
     }
 
@@ -112,7 +110,6 @@ MODELS = {
     "escalation": 1,
     "outboxmessage": 3,
     "webhook": 1,
-    "agentclock": 1,
     "eventcursor": 1,
 }
 

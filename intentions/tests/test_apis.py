@@ -18,7 +18,6 @@ from conftest import AgentClient
 from facts.tests.api_helpers import admin_key_for, iso, ok, post, put
 from intentions.models import (
     MAX_STATE_BYTES,
-    AgentClock,
     Escalation,
     EventCursor,
     Firing,
@@ -38,7 +37,7 @@ from ledger.models import Event
 from ledger.tests.helpers import error, ledger_state
 from piper.api.models import IdempotencyRecord
 from piper.errors import InvalidInput
-from piper.tenancy.models import Scope
+from piper.tenancy.models import AgentClock, Scope
 from piper.tenancy.services import agent_create, api_key_create
 
 pytestmark = pytest.mark.django_db

@@ -3,7 +3,7 @@ from django.contrib import admin, messages
 
 from piper.provenance import PrivacyClass
 
-from .models import Agent, ApiKey, Scope
+from .models import Agent, AgentClock, ApiKey, Scope
 from .services import (
     agent_create,
     agent_deactivate,
@@ -155,3 +155,24 @@ class ApiKeyAdmin(admin.ModelAdmin):
         for api_key in queryset:
             api_key_revoke(api_key=api_key)
         self.message_user(request, f"Revoked {queryset.count()} key(s).")
+
+
+@admin.register(AgentClock)
+class AgentClockAdmin(admin.ModelAdmin):
+    """Battery agents' simulated 'now' (PUT /api/v1/clock); celery-beat leaves them alone.
+    Set and cleared through the API only."""
+
+    list_display = ["agent", "now"]
+    list_select_related = ["agent"]
+    search_fields = ["agent__name"]
+    readonly_fields = ["agent", "now"]
+    fields = readonly_fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -1,4 +1,4 @@
-"""Agents (the tenants) and their API keys."""
+"""Agents (the tenants), their API keys and their clocks."""
 
 from django.contrib.postgres.fields import ArrayField
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -122,3 +122,21 @@ class ApiKey(models.Model):
 
     def allows(self, scope: str) -> bool:
         return Scope.ADMIN in self.scopes or scope in self.scopes
+
+
+class AgentClock(models.Model):
+    """A simulated 'now' for an agent (battery agents only): the intention engine,
+    recall and retention use it instead of the wall clock (``piper.tenancy.clock``),
+    so time-based behaviour is tested in seconds."""
+
+    agent = models.OneToOneField(
+        Agent, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    now = models.DateTimeField()
+
+    class Meta:
+        # Created by the intentions app; moved here without moving its rows.
+        db_table = "intentions_agentclock"
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}: {self.now}"

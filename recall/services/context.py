@@ -652,7 +652,7 @@ def context_assemble(
     task, budget, horizon, limits, wanted = _check(request)
     thread = thread_get(agent=agent, thread_id=request.thread_id) if request.thread_id else None
     if now is None:
-        from intentions.clock import now_for
+        from piper.tenancy.clock import now_for
 
         now = now_for(agent.pk)
     query = task[:SEARCH_CHARS]

@@ -88,7 +88,7 @@ def recall(
     starts — before anything is written. Writes exactly one RetrievalTrace.
     Abstains ("no supporting memory") when the store has no evidence above
     its threshold; near misses are then the best of what it had. `now`
-    defaults to the agent's clock (intentions.clock.now_for: simulated for a
+    defaults to the agent's clock (piper.tenancy.clock.now_for: simulated for a
     battery agent, else the wall clock).
     """
     started = time.perf_counter()
@@ -101,7 +101,7 @@ def recall(
     if now is None:
         # The engine's now for this agent: its simulated clock (the battery's),
         # else the wall clock. Ages, recency and "valid now" are measured from it.
-        from intentions.clock import now_for
+        from piper.tenancy.clock import now_for
 
         now = now_for(agent.pk)
     vector = QueryVector(query)

@@ -92,7 +92,7 @@ def test_current_fact(client_a):
 
 @pytest.mark.slow
 def test_recall_runs_on_the_agents_simulated_clock(client_a):
-    """The engine's now for an agent (intentions.clock) is recall's now: which
+    """The engine's now for an agent (piper.tenancy.clock) is recall's now: which
     value is valid, and every age, are measured from it."""
     from intentions.services.engine import clock_clear, clock_set
 

@@ -1,11 +1,13 @@
-"""Agents and keys in the admin: writes go through the services; nothing is deleted."""
+"""Agents, keys and clocks in the admin: writes go through the services; nothing is deleted."""
+
+from datetime import UTC, datetime
 
 import pytest
 from django.contrib.messages import get_messages
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from piper.tenancy.models import Agent, ApiKey
+from piper.tenancy.models import Agent, AgentClock, ApiKey
 from piper.tenancy.services import hash_key
 from piper.tenancy.tests.factories import AgentFactory, ApiKeyFactory
 
@@ -224,3 +226,33 @@ class TestEditing:
         }
         api_key.refresh_from_db()
         assert api_key.name != "x"
+
+
+class TestAgentClockAdmin:
+    @pytest.fixture
+    def clock(self):
+        return AgentClock.objects.create(
+            agent=AgentFactory(name="simulated"), now=datetime(2030, 1, 7, 9, 0, tzinfo=UTC)
+        )
+
+    def test_changelist(self, admin_client, clock, django_assert_max_num_queries):
+        AgentClock.objects.create(agent=AgentFactory(), now=clock.now)
+        with django_assert_max_num_queries(10):  # list_select_related: no query per row
+            response = admin_client.get(reverse("admin:tenancy_agentclock_changelist"))
+        assert response.status_code == 200
+        assert response.context["cl"].result_count == 2
+
+    def test_change_page_is_view_only(self, admin_client, clock):
+        url = reverse("admin:tenancy_agentclock_change", args=[clock.pk])
+        response = admin_client.get(url)
+        assert response.status_code == 200
+        content = response.content.decode()
+        assert 'name="_save"' not in content
+        assert "deletelink" not in content
+        assert admin_client.post(url, {"now": "2031-01-01T00:00:00Z"}).status_code == 403
+        assert AgentClock.objects.get(pk=clock.pk).now == clock.now
+
+    def test_nothing_is_added_or_deleted_in_the_admin(self, admin_client, clock):
+        add = admin_client.get(reverse("admin:tenancy_agentclock_add"))
+        delete = admin_client.get(reverse("admin:tenancy_agentclock_delete", args=[clock.pk]))
+        assert (add.status_code, delete.status_code) == (403, 403)

@@ -1,4 +1,4 @@
-"""The engine's 'now': the wall clock, or an agent's simulated clock (battery)."""
+"""An agent's 'now': the wall clock, or its simulated clock (battery agents)."""
 
 from __future__ import annotations
 
