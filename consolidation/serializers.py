@@ -139,9 +139,32 @@ class EvidenceOutputSerializer(serializers.Serializer):
     )
 
 
-class CandidateOutputSerializer(serializers.Serializer):
+# What every candidate (fact or skill) carries: the run that proposed it, and who
+# decided on it, when and why, with the events that recorded both. A comment, not
+# a docstring: the schema would give it to both candidates as their description.
+class CandidateDecisionSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     run_id = serializers.UUIDField()
+    reason = serializers.CharField()
+    decided_by = serializers.CharField()
+    decided_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    source_event_id = serializers.UUIDField()
+    decision_event_id = serializers.UUIDField(allow_null=True)
+
+
+def _decision(candidate: CandidateFact | CandidateSkill) -> dict:
+    return {
+        "reason": candidate.reason,
+        "decided_by": candidate.decided_by,
+        "decided_at": api_datetime(candidate.decided_at),
+        "created_at": api_datetime(candidate.created_at),
+        "source_event_id": str(candidate.source_event_id),
+        "decision_event_id": api_id(candidate.decision_event_id),
+    }
+
+
+class CandidateOutputSerializer(CandidateDecisionSerializer):
     subject = serializers.CharField()
     predicate = serializers.CharField()
     value = serializers.CharField()
@@ -153,12 +176,6 @@ class CandidateOutputSerializer(serializers.Serializer):
     evidence_key = serializers.CharField()
     fact_id = serializers.UUIDField(allow_null=True, help_text="The fact version it asserted.")
     fact_outcome = serializers.CharField()
-    reason = serializers.CharField()
-    decided_by = serializers.CharField()
-    decided_at = serializers.DateTimeField(allow_null=True)
-    created_at = serializers.DateTimeField()
-    source_event_id = serializers.UUIDField()
-    decision_event_id = serializers.UUIDField(allow_null=True)
     evidence = EvidenceOutputSerializer(many=True)
 
     def to_representation(self, candidate: CandidateFact) -> dict:
@@ -176,12 +193,7 @@ class CandidateOutputSerializer(serializers.Serializer):
             "evidence_key": candidate.evidence_key,
             "fact_id": api_id(candidate.fact_id),
             "fact_outcome": candidate.fact_outcome,
-            "reason": candidate.reason,
-            "decided_by": candidate.decided_by,
-            "decided_at": api_datetime(candidate.decided_at),
-            "created_at": api_datetime(candidate.created_at),
-            "source_event_id": str(candidate.source_event_id),
-            "decision_event_id": (api_id(candidate.decision_event_id)),
+            **_decision(candidate),
             "evidence": [_evidence(e) for e in candidate.evidence.all()],
         }
 
@@ -230,9 +242,7 @@ class SkillEvidenceOutputSerializer(serializers.Serializer):
     occurred_at = serializers.DateTimeField()
 
 
-class CandidateSkillOutputSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    run_id = serializers.UUIDField()
+class CandidateSkillOutputSerializer(CandidateDecisionSerializer):
     shape_key = serializers.CharField(help_text="sha256 of the procedure's shape.")
     tools = serializers.ListField(child=serializers.CharField())
     task = serializers.CharField()
@@ -243,12 +253,6 @@ class CandidateSkillOutputSerializer(serializers.Serializer):
     version_id = serializers.UUIDField(
         allow_null=True, help_text="The candidate skill version it proposed (skills API)."
     )
-    reason = serializers.CharField()
-    decided_by = serializers.CharField()
-    decided_at = serializers.DateTimeField(allow_null=True)
-    created_at = serializers.DateTimeField()
-    source_event_id = serializers.UUIDField()
-    decision_event_id = serializers.UUIDField(allow_null=True)
     evidence = SkillEvidenceOutputSerializer(many=True)
 
     def to_representation(self, c: CandidateSkill) -> dict:
@@ -263,12 +267,7 @@ class CandidateSkillOutputSerializer(serializers.Serializer):
             "distinct_inputs": c.distinct_inputs,
             "skill_id": api_id(c.skill_id),
             "version_id": api_id(c.version_id),
-            "reason": c.reason,
-            "decided_by": c.decided_by,
-            "decided_at": api_datetime(c.decided_at),
-            "created_at": api_datetime(c.created_at),
-            "source_event_id": str(c.source_event_id),
-            "decision_event_id": api_id(c.decision_event_id),
+            **_decision(c),
             "evidence": [
                 {
                     "trace_id": str(e.trace_id),
