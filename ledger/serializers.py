@@ -3,14 +3,23 @@
 from django.conf import settings
 from rest_framework import serializers
 
-from piper.api.serializers import StrictCharField, StrictFloatField, StrictSerializer, page_of
+from piper.api.serializers import (
+    PolicyClassesSerializer,
+    StrictCharField,
+    StrictFloatField,
+    StrictSerializer,
+    page_of,
+)
 from piper.provenance import Authority, PrivacyClass, RetentionClass, SourceType
 
 from .models import Event, Source
 from .services import EVENT_TYPE, MAX_EVENT_TYPE, EventDraft
 
 
-class EventInputSerializer(StrictSerializer):
+class EventInputSerializer(PolicyClassesSerializer, StrictSerializer):
+    """One event to append: what happened, who says so and how sure they are, and
+    who may read it and how long it is kept. Unknown fields are refused."""
+
     event_type = serializers.RegexField(
         EVENT_TYPE,
         max_length=MAX_EVENT_TYPE,
@@ -37,12 +46,6 @@ class EventInputSerializer(StrictSerializer):
     confidence = StrictFloatField(min_value=0.0, max_value=1.0, required=False, default=1.0)
     parent_event_id = serializers.UUIDField(required=False, allow_null=True, default=None)
     correction_of = serializers.UUIDField(required=False, allow_null=True, default=None)
-    privacy_class = serializers.ChoiceField(
-        choices=PrivacyClass.choices, required=False, default=PrivacyClass.INTERNAL
-    )
-    retention_class = serializers.ChoiceField(
-        choices=RetentionClass.choices, required=False, default=RetentionClass.STANDARD
-    )
 
     def to_draft(self, data: dict) -> EventDraft:
         data = dict(data)
