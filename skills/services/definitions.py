@@ -24,7 +24,7 @@ from piper.errors import Conflict, InvalidInput, NotFound, Unprocessable
 from piper.provenance import PrivacyClass, RetentionClass, SourceType
 from piper.tenancy.models import Agent, Scope
 
-from .. import conditions, tools
+from .. import conditions, events, tools
 from ..models import (
     MAX_SOURCE_BYTES,
     Skill,
@@ -212,8 +212,12 @@ def _check(data: VersionInput) -> None:
 
 def intent_text(data: VersionInput) -> str:
     """What the intent embedding is computed from: purpose, then the trigger's words."""
-    words = " ".join(data.trigger.get("keywords") or [])
-    return f"{data.purpose.strip()}\n{words}".strip()
+    return intent_text_of(data.purpose, data.trigger)
+
+
+def intent_text_of(purpose: str, trigger: dict) -> str:
+    words = " ".join(trigger.get("keywords") or [])
+    return f"{purpose.strip()}\n{words}".strip()
 
 
 def _provenance_events(agent: Agent, ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
@@ -296,7 +300,7 @@ def _write_version(
     )
     version.source_event = event_append(
         agent=agent,
-        event_type="skill.version_created",
+        event_type=events.VERSION_CREATED,
         payload=_definition_payload(version, event_ids),
         actor=actor,
         session_id=session_id,
@@ -304,6 +308,7 @@ def _write_version(
         privacy_class=data.privacy_class,
         retention_class=data.retention_class,
     )
+    version.created_at = version.status_changed_at = version.source_event.recorded_at
     version.save(force_insert=True)
     VersionProvenance.objects.bulk_create(
         [VersionProvenance(agent=agent, version=version, event_id=e) for e in event_ids]
@@ -342,17 +347,20 @@ def skill_create(
     try:
         with transaction.atomic():
             event_ids = _provenance_events(agent, data.provenance_events)
-            event = event_append(
+            skill = Skill(agent=agent, name=name)
+            skill.source_event = event_append(
                 agent=agent,
-                event_type="skill.created",
-                payload={"name": name},
+                event_type=events.SKILL_CREATED,
+                payload={"skill_id": str(skill.pk), "name": name},
                 actor=actor,
                 session_id=session_id,
                 source_type=SourceType.AGENT_INFERENCE,
                 privacy_class=data.privacy_class,
                 retention_class=data.retention_class,
             )
-            skill = Skill.objects.create(agent=agent, name=name, source_event=event)
+            # Every time a skill row keeps is its event's record time (a rebuild's too).
+            skill.created_at = skill.source_event.recorded_at
+            skill.save(force_insert=True)
             version = _write_version(
                 agent=agent,
                 skill=skill,

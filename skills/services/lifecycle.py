@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from ledger.models import Event
 from ledger.services import event_append
@@ -39,6 +38,7 @@ from piper.errors import Conflict, InvalidInput, NotFound
 from piper.provenance import SourceType
 from piper.tenancy.models import Agent
 
+from .. import events
 from ..models import (
     STATUS_TRANSITIONS,
     Execution,
@@ -67,6 +67,7 @@ def record_transition(
         reason=reason,
         actor=actor,
         event=event,
+        at=event.recorded_at,
     )
 
 
@@ -117,7 +118,7 @@ def move(version: SkillVersion, to_status: str, reason: str, *, actor: str = "")
         )
     event = event_append(
         agent=version.agent,
-        event_type="skill.version_transitioned",
+        event_type=events.VERSION_TRANSITIONED,
         payload={
             "skill_id": str(version.skill_id),
             "version_id": str(version.pk),
@@ -133,7 +134,7 @@ def move(version: SkillVersion, to_status: str, reason: str, *, actor: str = "")
     )
     record_transition(version, version.status, to_status, reason, event, actor)
     changed = SkillVersion.objects.filter(pk=version.pk, status=version.status).update(
-        status=to_status, status_changed_at=timezone.now()
+        status=to_status, status_changed_at=event.recorded_at
     )
     if not changed:  # cannot happen under the row lock; guard anyway
         raise Conflict("skill version changed concurrently; retry", code="concurrent_change")

@@ -27,7 +27,7 @@ from piper.errors import Conflict, InvalidInput, PermissionDenied, Unprocessable
 from piper.provenance import SourceType
 from piper.tenancy.models import Agent
 
-from .. import tools
+from .. import events, tools
 from ..drawing import Undrawable, draw_params
 from ..models import (
     Execution,
@@ -46,6 +46,31 @@ from .definitions import schema_errors
 logger = logging.getLogger(__name__)
 
 MAX_OUTPUT_CHARS = 64_000
+# What a finished case / sandbox run records beyond what was asked for: each is
+# in its finish event's payload too, so skills.services.rebuild can remake it.
+CASE_RESULT = (
+    "index",
+    "outcome",
+    "passed",
+    "result",
+    "verdict",
+    "error",
+    "stdout",
+    "stderr",
+    "duration_ms",
+)
+EXECUTION_RESULT = (
+    "outcome",
+    "succeeded",
+    "validator_passed",
+    "result",
+    "verdict",
+    "error",
+    "stdout",
+    "stderr",
+    "tool_calls",
+    "duration_ms",
+)
 MAX_TASK = 4000
 
 
@@ -119,7 +144,7 @@ def validation_request(
         )
         validation.source_event = event_append(
             agent=agent,
-            event_type="skill.validation_requested",
+            event_type=events.VALIDATION_REQUESTED,
             payload={
                 "validation_id": str(validation.pk),
                 "version_id": str(version.pk),
@@ -130,6 +155,7 @@ def validation_request(
             actor=actor,
             source_type=SourceType.AGENT_INFERENCE,
         )
+        validation.created_at = validation.source_event.recorded_at
         validation.save(force_insert=True)
         transaction.on_commit(lambda: _enqueue_validation(validation.pk))
     return validation
@@ -367,7 +393,7 @@ def _finish_validation(
             return None  # another delivery finished it first
         event = event_append(
             agent=validation.version.agent,
-            event_type="skill.validation_finished",
+            event_type=events.VALIDATION_FINISHED,
             payload={
                 "validation_id": str(validation.pk),
                 "version_id": str(validation.version_id),
@@ -376,7 +402,10 @@ def _finish_validation(
                 "cases_passed": passed,
                 "cases_total": validation.cases_total,
                 "outcomes": [row.outcome for row in rows],
-                "error": error[:500],
+                "error": error,
+                # What each case gave, so the cases can be rebuilt from the ledger
+                # (their params and expected results are the version's or the request's).
+                "cases": [{name: getattr(row, name) for name in CASE_RESULT} for row in rows],
             },
             source_type=SourceType.TOOL_RESULT,
         )
@@ -386,7 +415,7 @@ def _finish_validation(
             cases_passed=passed,
             error=error,
             finish_event=event,
-            finished_at=timezone.now(),
+            finished_at=event.recorded_at,
         )
     validation.refresh_from_db()
     return validation
@@ -489,18 +518,20 @@ def execution_request(
         )
         execution.source_event = event_append(
             agent=agent,
-            event_type="skill.execution_requested",
+            event_type=events.EXECUTION_REQUESTED,
             payload={
                 "execution_id": str(execution.pk),
                 "version_id": str(version.pk),
                 "version_status": version.status,
                 "params": params,
                 "task": data.task,
+                "context": context,
             },
             actor=actor,
             session_id=data.session_id,
             source_type=SourceType.AGENT_INFERENCE,
         )
+        execution.created_at = execution.source_event.recorded_at
         execution.save(force_insert=True)
         transaction.on_commit(lambda: _enqueue_execution(execution.pk))
     return execution
@@ -582,15 +613,12 @@ def _finish_execution(execution: Execution, **fields: Any) -> Execution | None:
             return None
         event = event_append(
             agent=execution.version.agent,
-            event_type="skill.execution_finished",
+            event_type=events.EXECUTION_FINISHED,
             payload={
                 "execution_id": str(execution.pk),
                 "version_id": str(execution.version_id),
-                "outcome": fields["outcome"],
-                "succeeded": fields["succeeded"],
-                "validator_passed": fields["validator_passed"],
-                "result": fields["result"],
-                "duration_ms": fields["duration_ms"],
+                # Every column the finish sets, so the run can be rebuilt from the ledger.
+                **{name: fields[name] for name in EXECUTION_RESULT},
             },
             session_id=execution.session_id,
             source_type=SourceType.TOOL_RESULT,
@@ -598,7 +626,7 @@ def _finish_execution(execution: Execution, **fields: Any) -> Execution | None:
         locked.update(
             status=ExecutionStatus.FINISHED,
             finish_event=event,
-            finished_at=timezone.now(),
+            finished_at=event.recorded_at,
             **fields,
         )
     _after_outcome(execution.version_id)
@@ -647,7 +675,6 @@ def execution_report(
     with transaction.atomic():
         version = lifecycle.locked_version(agent, version_id)
         params = _check_params(version, data.params)
-        now = timezone.now()
         execution = Execution(
             agent=agent,
             version=version,
@@ -666,11 +693,10 @@ def execution_report(
             error=_clip(data.error),
             duration_ms=data.duration_ms,
             session_id=data.session_id,
-            finished_at=now,
         )
         execution.source_event = event_append(
             agent=agent,
-            event_type="skill.execution_reported",
+            event_type=events.EXECUTION_REPORTED,
             payload={
                 "execution_id": str(execution.pk),
                 "version_id": str(version.pk),
@@ -680,12 +706,17 @@ def execution_report(
                 "result": data.result,
                 "externally_verified": data.externally_verified,
                 "evidence": data.evidence,
+                "task": data.task,
+                "context": context,
+                "error": execution.error,
+                "duration_ms": data.duration_ms,
             },
             actor=actor,
             session_id=data.session_id,
             source_type=SourceType.AGENT_INFERENCE,
         )
         execution.finish_event = execution.source_event
+        execution.created_at = execution.finished_at = execution.source_event.recorded_at
         execution.save(force_insert=True)
     _after_outcome(version.pk)
     execution.refresh_from_db()

@@ -27,9 +27,9 @@ from piper.provenance import PrivacyClass, RetentionClass, SourceType
 from piper.tenancy.models import Agent
 
 from .. import tools
+from ..events import TRACE_RECORDED
 from ..models import SkillTrace
 
-TRACE_RECORDED = "skill.trace_recorded"
 MAX_TASK = 4000
 MAX_STEPS = 50
 MAX_INPUTS = 50
@@ -157,7 +157,9 @@ def trace_record(*, agent: Agent, data: TraceInput, actor: str = "") -> SkillTra
                 "verified": trace.verified,
                 "verification": trace.verification,
                 "task_id": trace.task_id,
-                "screen": verdict.as_dict() if verdict.signals else None,
+                "screen": verdict.as_dict()
+                if verdict.signals or verdict.instruction_like
+                else None,
             },
             actor=actor,
             session_id=data.session_id,
@@ -165,5 +167,6 @@ def trace_record(*, agent: Agent, data: TraceInput, actor: str = "") -> SkillTra
             privacy_class=data.privacy_class,
             retention_class=data.retention_class,
         )
+        trace.created_at = trace.source_event.recorded_at
         trace.save(force_insert=True)
     return trace
