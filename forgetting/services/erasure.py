@@ -71,7 +71,12 @@ ERASERS = (
     consolidation_erasure,
     recall_erasure,
 )
-EXPANDERS = (facts_erasure.expand, episodes_erasure.expand, consolidation_erasure.expand)
+EXPANDERS = (
+    facts_erasure.expand,
+    episodes_erasure.expand,
+    skills_erasure.expand,
+    consolidation_erasure.expand,
+)
 
 
 @dataclass(frozen=True)

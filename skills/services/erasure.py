@@ -10,10 +10,14 @@ transaction-local setting is on.
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import connection
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 
 from ledger.erasure import ErasureScope, allow_erasure_in_this_transaction, finding
+from piper.tenancy.models import Agent
 
 from ..models import (
     Execution,
@@ -34,6 +38,21 @@ TRACES = "skill_traces"
 PROVENANCE = "skill_provenance"  # links from surviving versions to erased evidence
 EPISODES = "episodes"
 MADE = "made_from_erased_event"  # the episodic eraser's name for the episodes it removed
+
+
+def expand(*, agent: Agent, event_ids: set[uuid.UUID], staged: RawSQL) -> set[uuid.UUID]:
+    """A run goes whole: the request and the finish of every validation or
+    execution one of whose events is erased (the eraser removes the run, and a
+    rebuild from the ledger must not find half of it)."""
+    more: set[uuid.UUID] = set()
+    for model in (Validation, Execution):
+        for request, finish in (
+            model.objects.filter(agent=agent)
+            .filter(Q(source_event_id__in=staged) | Q(finish_event_id__in=staged))
+            .values_list("source_event_id", "finish_event_id")
+        ):
+            more.update(e for e in (request, finish) if e is not None)
+    return more - event_ids
 
 
 def erase(scope: ErasureScope) -> None:
