@@ -16,6 +16,7 @@ from skills import tasks
 from skills.models import (
     Execution,
     ExecutionStatus,
+    SkillVersion,
     Validation,
     ValidationKind,
     ValidationStatus,
@@ -64,7 +65,12 @@ def test_a_lost_validation_is_queued_again_and_a_real_worker_runs_it_once(
         patch.setattr(runs, "_enqueue_validation", lambda pk: tasks.validate_version.delay(str(pk)))
         assert tasks.validation_backlog(grace_seconds=1)["requeued"] == 1
         deadline = time.monotonic() + 60
-        while Validation.objects.get(pk=validation.pk).status == ValidationStatus.QUEUED:
+        # The task records the validation, then promotes the version (a second
+        # transaction): wait for both.
+        while (
+            Validation.objects.get(pk=validation.pk).status == ValidationStatus.QUEUED
+            or SkillVersion.objects.get(pk=version.pk).status == VersionStatus.CANDIDATE
+        ):
             if time.monotonic() > deadline:
                 raise AssertionError(f"never run; worker log:\n{celery_worker_process.log()}")
             time.sleep(0.2)
