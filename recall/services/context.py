@@ -413,12 +413,20 @@ def _episode_items(
         if not answer.abstained:
             evidence = _supported(answer.evidence, answer.details["threshold"])[:limit]
     if session_id and recent:
+        from django.db.models import Exists, OuterRef, Q
+
+        from episodes.models import Episode, EpisodeStatus
         from episodes.selectors import episode_list
 
         seen = {e.id for e in evidence}
+        # A duplicate is answered for by its canonical, unless that was retracted
+        # (then it speaks for itself, as in search).
+        retracted = Episode.objects.filter(
+            pk=OuterRef("canonical_id"), status=EpisodeStatus.RETRACTED
+        )
         latest = (
             episode_list(agent=ask.agent, session_id=session_id)
-            .filter(canonical_id__isnull=True)
+            .filter(Q(canonical_id__isnull=True) | Exists(retracted))
             .defer("embedding", "search_vector")[:recent]
         )
         for n, episode in enumerate(latest):

@@ -471,3 +471,36 @@ def test_the_searches_in_worker_threads_give_the_same_block(settings, monkeypatc
         stop_workers()
     assert threaded.text == alone.text
     assert "Tuesday 14:00" in threaded.text and str(episode.summary) in threaded.text
+
+
+def test_a_retracted_canonicals_duplicates_come_back_among_the_sessions_latest(client_a):
+    """Collapsed duplicates are answered for by their canonical; once it is
+    retracted they speak for themselves again, as in search."""
+    from episodes.services import episode_retract, episodes_collapse
+
+    agent = client_a.agent
+    clock_set(agent=agent, now=NOW)
+    canonical, duplicate = episodes_record(
+        agent=agent,
+        drafts=[
+            EpisodeDraft(
+                occurred_at=NOW - timedelta(hours=2),
+                summary="Backup of the billing database finished",
+                session_id="s-dup",
+            ),
+            EpisodeDraft(
+                occurred_at=NOW - timedelta(hours=1),
+                summary="Backup of the billing database finished.",
+                session_id="s-dup",
+            ),
+        ],
+    )
+    episodes_collapse(
+        agent=agent, canonical_id=canonical.pk, duplicate_ids=[duplicate.pk], reason="same"
+    )
+    body = ok(post(client_a, {"session_id": "s-dup"}))
+    assert [i["id"] for i in section(body, "episodes")] == [str(canonical.pk)]
+
+    episode_retract(agent=agent, episode_id=canonical.pk, reason="it never ran")
+    body = ok(post(client_a, {"session_id": "s-dup"}))
+    assert [i["id"] for i in section(body, "episodes")] == [str(duplicate.pk)]
