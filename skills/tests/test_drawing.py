@@ -44,8 +44,13 @@ def test_a_pattern_is_drawn_by_walking_the_regex():
         },
         "required": ["record", "code"],
     }
-    for params in draw_params(schema, seed=3):
+    drawn = draw_params(schema, seed=3)
+    assert len(drawn) == DRAWN_CASES
+    for params in drawn:
         jsonschema.validate(params, schema)
+    # Both branches of the alternation and more than one repeat count are drawn.
+    assert {params["code"][:2] for params in drawn} == {"eu", "us"}
+    assert len({len(params["record"]) for params in drawn}) > 1
 
 
 def test_the_same_seed_draws_the_same_params_and_another_seed_others():

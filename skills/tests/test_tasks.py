@@ -26,7 +26,6 @@ def test_validate_version_promotes_and_a_redelivery_is_a_no_op():
 
 
 @pytest.mark.django_db
-@pytest.mark.django_db
 def test_a_task_about_a_row_that_is_gone_changes_nothing():
     version = make_skill()
     validation = Validation.objects.get(version=version)
