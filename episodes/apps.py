@@ -8,8 +8,8 @@ class EpisodesConfig(AppConfig):
     def ready(self) -> None:
         from ledger import hooks, projections
 
+        from .hooks import events_committed
         from .services import rebuild_projection
-        from .tasks import sources_committed
 
         projections.register("episodes", rebuild_projection)
-        hooks.on_events_committed(sources_committed)
+        hooks.on_events_committed(events_committed)

@@ -116,26 +116,6 @@ def chunk_source(self, source_id: str) -> int:
         raise self.retry(exc=exc, countdown=2 ** (self.request.retries + 1)) from exc
 
 
-def sources_committed(
-    agent_id: uuid.UUID, first_seq: int, last_seq: int, event_types: frozenset[str]
-) -> None:
-    """ledger.hooks listener: queue chunking for sources just registered with content.
-
-    A query only for a commit that registered a source; a source chunked in the
-    same transaction — by source_ingest — is skipped.
-    """
-    from .services import SOURCE_REGISTERED
-
-    if SOURCE_REGISTERED not in event_types:
-        return
-    from .selectors import sources_registered_unchunked
-
-    for source_id in sources_registered_unchunked(
-        agent_id=agent_id, first_seq=first_seq, last_seq=last_seq
-    ):
-        chunk_source.delay(str(source_id))
-
-
 @shared_task(
     name="episodes.embed_backlog",
     ignore_result=False,

@@ -8,7 +8,7 @@ class FactsConfig(AppConfig):
     def ready(self):
         from ledger import hooks, projections
 
-        from .search import events_committed
+        from .hooks import events_committed
         from .services import rebuild_projection
 
         projections.register("facts", rebuild_projection)

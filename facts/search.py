@@ -7,7 +7,7 @@ plain words finds candidate *pairs* here (`fact_candidates`); which value is
 current is then answered by the selectors (`facts_valid_at_by_ref`, as_of,
 chain), never by this text, which may lag the facts by a task.
 
-The texts are maintained after commit: a ledger hook (`events_committed`)
+The texts are maintained after commit: a ledger hook (`facts.hooks`)
 queues `facts.index_fact_texts` for a commit holding fact events; the task
 re-renders the pairs those events touched (`fact_texts_refresh`) and queues
 the embedding of the texts that changed (`facts.embed_fact_texts`). Both are
@@ -310,16 +310,6 @@ def pairs_touched(agent_id: uuid.UUID, first_seq: int, last_seq: int) -> set[Pai
             .distinct()
         )
     return pairs
-
-
-def events_committed(
-    agent_id: uuid.UUID, first_seq: int, last_seq: int, event_types: frozenset[str]
-) -> None:
-    """Ledger hook: queue a re-render when the commit held fact events."""
-    if not event_types.isdisjoint(TEXT_EVENTS):
-        from .tasks import index_fact_texts
-
-        index_fact_texts.delay(str(agent_id), first_seq, last_seq)
 
 
 def fact_texts_embed(*, ids: Sequence[uuid.UUID | str]) -> int:

@@ -8,9 +8,9 @@ class IntentionsConfig(AppConfig):
     def ready(self) -> None:
         from ledger import hooks, projections
 
+        from .hooks import events_committed
         from .services import intentions_rebuild
         from .services.rebuild import rebuild_projection
-        from .signals import events_committed
 
         projections.register("working_state", rebuild_projection)
         projections.register("intentions", intentions_rebuild.rebuild_projection)

@@ -1,4 +1,4 @@
-"""What the intentions engine does when new evidence is committed."""
+"""The intentions app's ledger listener: new evidence wakes the trigger matchers."""
 
 from __future__ import annotations
 
