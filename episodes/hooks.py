@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
-import uuid
+from ledger.hooks import Committed
 
 from .tasks import chunk_source
 
 
-def events_committed(
-    agent_id: uuid.UUID, first_seq: int, last_seq: int, event_types: frozenset[str]
-) -> None:
+def events_committed(committed: Committed) -> None:
     """Queue chunking for sources just registered with content.
 
-    A query only for a commit that registered a source; a source chunked in the
-    same transaction — by source_ingest — is skipped.
+    A query only for a commit that registered a source, for the sources those
+    events wrote; a source chunked in the same transaction — by source_ingest —
+    is skipped.
     """
     from .services import SOURCE_REGISTERED
 
-    if SOURCE_REGISTERED not in event_types:
+    event_ids = committed.ids_of(SOURCE_REGISTERED)
+    if not event_ids:
         return
     from .selectors import sources_registered_unchunked
 
-    for source_id in sources_registered_unchunked(
-        agent_id=agent_id, first_seq=first_seq, last_seq=last_seq
-    ):
+    for source_id in sources_registered_unchunked(agent_id=committed.agent_id, event_ids=event_ids):
         chunk_source.delay(str(source_id))

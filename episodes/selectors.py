@@ -7,12 +7,12 @@ plain lists and look-ups, and the embedding backlog the tasks work through.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 
-from ledger.models import Event, Source
+from ledger.models import Source
 from piper.errors import InvalidInput, NotFound
 from piper.tenancy.models import Agent
 
@@ -159,17 +159,11 @@ def embedding_backlog(
 
 
 def sources_registered_unchunked(
-    *, agent_id: uuid.UUID, first_seq: int, last_seq: int
+    *, agent_id: uuid.UUID, event_ids: Sequence[uuid.UUID]
 ) -> list[uuid.UUID]:
-    """Sources with text registered by this agent's events first_seq..last_seq, not chunked."""
-    registered = Event.objects.filter(
-        agent_id=agent_id,
-        event_type="source.registered",
-        seq__gte=first_seq,
-        seq__lte=last_seq,
-    ).values("pk")
+    """Sources with text registered by these of the agent's events, not chunked; by id."""
     return list(
-        Source.objects.filter(agent_id=agent_id, source_event__in=registered)
+        Source.objects.filter(agent_id=agent_id, source_event_id__in=list(event_ids))
         .exclude(content="")
         .filter(~Exists(SourceChunk.objects.filter(source_id=OuterRef("pk"))))
         .order_by("id")

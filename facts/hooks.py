@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
+from ledger.hooks import Committed
 
 from .search import TEXT_EVENTS
 from .tasks import index_fact_texts
 
 
-def events_committed(
-    agent_id: uuid.UUID, first_seq: int, last_seq: int, event_types: frozenset[str]
-) -> None:
+def events_committed(committed: Committed) -> None:
     """Queue a re-render when the commit held events that can change a text."""
-    if not event_types.isdisjoint(TEXT_EVENTS):
-        index_fact_texts.delay(str(agent_id), first_seq, last_seq)
+    if not committed.event_types.isdisjoint(TEXT_EVENTS):
+        index_fact_texts.delay(str(committed.agent_id), committed.first_seq, committed.last_seq)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+from ledger.hooks import Committed
 
 from .models import Intention, IntentionStatus, TriggerType
 
@@ -10,9 +10,7 @@ from .models import Intention, IntentionStatus, TriggerType
 FACTS_EVENT_PREFIX = "facts."
 
 
-def events_committed(
-    agent_id: uuid.UUID, first_seq: int, last_seq: int, event_types: frozenset[str]
-) -> None:
+def events_committed(committed: Committed) -> None:
     """Queue the matchers an agent's armed triggers need (none: queue nothing).
 
     Event triggers are matched against the new events. State triggers are
@@ -23,7 +21,7 @@ def events_committed(
     """
     armed = set(
         Intention.objects.filter(
-            agent_id=agent_id,
+            agent_id=committed.agent_id,
             status=IntentionStatus.ACTIVE,
             trigger_type__in=[TriggerType.EVENT, TriggerType.STATE],
         )
@@ -36,6 +34,8 @@ def events_committed(
     from .tasks import check_states, match_events
 
     if TriggerType.EVENT in armed:
-        match_events.delay(str(agent_id))
-    if TriggerType.STATE in armed and any(t.startswith(FACTS_EVENT_PREFIX) for t in event_types):
-        check_states.delay(str(agent_id))
+        match_events.delay(str(committed.agent_id))
+    if TriggerType.STATE in armed and any(
+        t.startswith(FACTS_EVENT_PREFIX) for t in committed.event_types
+    ):
+        check_states.delay(str(committed.agent_id))

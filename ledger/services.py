@@ -250,9 +250,13 @@ def events_append(*, agent: Agent, drafts: Sequence[EventDraft]) -> list[Event]:
             events.append(event)
         Event.objects.bulk_create(events)
         appends.note(e.pk for e in events)
-        first_seq = events[0].seq
-        types = frozenset(e.event_type for e in events)
-        transaction.on_commit(lambda: hooks.notify(agent.pk, first_seq, last_seq, types))
+        committed = hooks.Committed(
+            agent_id=agent.pk,
+            first_seq=events[0].seq,
+            last_seq=last_seq,
+            events=tuple((e.pk, e.event_type) for e in events),
+        )
+        transaction.on_commit(lambda: hooks.notify(committed))
         ChainHead.objects.filter(agent_id=agent.pk).update(last_seq=last_seq, last_hash=last_hash)
     return events
 

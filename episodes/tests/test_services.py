@@ -509,19 +509,20 @@ def test_the_commit_hook_finds_sources_registered_with_text_and_not_chunked(agen
     plain, _ = source_register(agent=agent, title="Via the ledger API", content="Some text.")
     source_register(agent=agent, title="Hash only", content_hash="b" * 64)
     ingested, _ = source_ingest(agent=agent, title="Ingested", content="Other text.")
-    seqs = Event.objects.filter(agent=agent).values_list("seq", flat=True)
-    found = selectors.sources_registered_unchunked(
-        agent_id=agent.pk, first_seq=min(seqs), last_seq=max(seqs)
-    )
-    assert found == [plain.pk]
-    registered_at = Source.objects.get(pk=plain.pk).source_event.seq
-    assert (
-        selectors.sources_registered_unchunked(
-            agent_id=agent.pk, first_seq=registered_at + 1, last_seq=max(seqs)
+    registered = list(
+        Event.objects.filter(agent=agent, event_type="source.registered").values_list(
+            "pk", flat=True
         )
-        == []
     )
-    assert ingested.pk not in found
+    assert len(registered) == 3
+    found = selectors.sources_registered_unchunked(agent_id=agent.pk, event_ids=registered)
+    assert found == [plain.pk]
+    others = [pk for pk in registered if pk != Source.objects.get(pk=plain.pk).source_event_id]
+    assert selectors.sources_registered_unchunked(agent_id=agent.pk, event_ids=others) == []
+    other_agent = AgentFactory(name="other")
+    assert (
+        selectors.sources_registered_unchunked(agent_id=other_agent.pk, event_ids=registered) == []
+    )
 
 
 # ---------------------------------------------------------------------- embeddings
