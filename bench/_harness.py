@@ -162,3 +162,19 @@ def git_commit() -> str:
         text=True,
     )
     return result.stdout.strip() + (" (tracked files modified)" if dirty.stdout.strip() else "")
+
+
+def retrieval_modules(name: str) -> list:
+    """The modules of episodes.retrieval that hold `name`: the one defining a
+    constant and those importing it by name, so a value set on all of them
+    reaches the code that reads it."""
+    import importlib
+    import pkgutil
+
+    from episodes import retrieval
+
+    modules = [retrieval] + [
+        importlib.import_module(f"{retrieval.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(retrieval.__path__)
+    ]
+    return [module for module in modules if hasattr(module, name)]

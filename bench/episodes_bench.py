@@ -52,7 +52,7 @@ http    GET /api/v1/episodes/search and POST /api/v1/recall through a real
 explain EXPLAIN (ANALYZE, BUFFERS) of the vector and text statements for one
         query, printed.
 ab      With --ab NAME=VALUE: `search`'s queries and filter sets, each query run
-        as is and with NAME set to VALUE (a constant of episodes.retrieval, or a
+        as is and with NAME set to VALUE (a constant in episodes.retrieval, or a
         Django setting), in alternating order, so that both variants meet the
         same machine state; p50/p95 of each and the median paired difference.
         Run-to-run drift on a shared host is often larger than what a change
@@ -82,6 +82,7 @@ from _harness import (  # noqa: E402
     load_average,
     machine,
     migrate,
+    retrieval_modules,
     setup_django,
     summary_ms_p95,
 )
@@ -485,8 +486,8 @@ def _where(agent, f) -> tuple[str, list]:
 def measure_recall_at_10(agent, qs, vectors) -> dict:
     from django.db import connection, transaction
 
-    from episodes import retrieval
     from episodes.models import ActorGraph
+    from episodes.retrieval import fetch, search
 
     leaves = dict(
         ActorGraph.objects.filter(agent=agent, built_at__isnull=False).values_list(
@@ -517,15 +518,15 @@ def measure_recall_at_10(agent, qs, vectors) -> dict:
                     "set_config('hnsw.max_scan_tuples', %s, true), "
                     "set_config('enable_seqscan', %s, true)",
                     [
-                        str(retrieval.HNSW_EF_SEARCH),
-                        str(retrieval.HNSW_MAX_SCAN_TUPLES),
+                        str(fetch.HNSW_EF_SEARCH),
+                        str(fetch.HNSW_MAX_SCAN_TUPLES),
                         "off" if leaf else "on",
                     ],
                 )
                 t = time.perf_counter()
                 cursor.execute(
                     f"SELECT id FROM ({ann_sql}) ann ORDER BY d, id LIMIT 10",
-                    [qv, *([] if leaf else params), qv, retrieval.MIN_CANDIDATES],
+                    [qv, *([] if leaf else params), qv, search.MIN_CANDIDATES],
                 )
                 ann = [r[0] for r in cursor.fetchall()]
                 ann_s.append(time.perf_counter() - t)
@@ -556,13 +557,11 @@ def measure_recall_at_10(agent, qs, vectors) -> dict:
 
 
 def _variant(assignment: str):
-    """A context manager that sets NAME to VALUE: a constant of
-    episodes.retrieval if it has one by that name, else a Django setting."""
+    """A context manager that sets NAME to VALUE: a constant of episodes.retrieval's
+    modules if they have one by that name, else a Django setting."""
     from contextlib import contextmanager
 
     from django.test.utils import override_settings
-
-    from episodes import retrieval
 
     name, _, raw = assignment.partition("=")
     if not name or not raw:
@@ -574,13 +573,16 @@ def _variant(assignment: str):
 
     @contextmanager
     def applied():
-        if hasattr(retrieval, name):
-            before = getattr(retrieval, name)
-            setattr(retrieval, name, value)
+        modules = retrieval_modules(name)
+        if modules:
+            before = getattr(modules[0], name)
+            for module in modules:
+                setattr(module, name, value)
             try:
                 yield
             finally:
-                setattr(retrieval, name, before)
+                for module in modules:
+                    setattr(module, name, before)
         else:
             with override_settings(**{name: value}):
                 yield

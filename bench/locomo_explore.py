@@ -383,10 +383,12 @@ def patch_variants(variant: str) -> None:
     wins moves into episodes.retrieval)."""
     from django.db import connection
 
+    from bench._harness import retrieval_modules
     from episodes import retrieval
     from episodes.models import Episode
-    from episodes.query_analysis import dense_query_text
-    from episodes.session_context import session_neighbours, spread, symmetric
+    from episodes.retrieval import fusion, search
+    from episodes.retrieval.query_analysis import dense_query_text
+    from episodes.retrieval.session_context import session_neighbours, spread, symmetric
 
     for part in filter(None, variant.split(",")):
         name, *nums = part.split(":")
@@ -404,7 +406,7 @@ def patch_variants(variant: str) -> None:
             retrieval.episode_search = with_names
         elif name == "ctx":
             a_t, a_v, a_c = (float(x) for x in (nums + ["0.5", "0.5", "0.5"])[:3])
-            original_fetch = retrieval._fetch
+            original_fetch = search._fetch
 
             def with_context(
                 spec,
@@ -435,7 +437,7 @@ def patch_variants(variant: str) -> None:
                 for obj in Episode.objects.filter(id__in=new).defer("embedding", "search_vector"):
                     d = dists[obj.pk]
                     obj.embedded = d is not None
-                    c = retrieval._Candidate(
+                    c = fusion._Candidate(
                         obj=obj,
                         text_rank=None,
                         similarity=None if d is None else 1.0 - d,
@@ -456,10 +458,10 @@ def patch_variants(variant: str) -> None:
                     c.coverage = None if cov[i] is None else min(cov[i], 1.0)
                 return fetched
 
-            retrieval._fetch = with_context
+            search._fetch = with_context
         elif name == "session":
             beta = float(nums[0]) if nums else 0.2
-            original_fuse = retrieval._fuse
+            original_fuse = search._fuse
 
             def with_session(lists, _orig=original_fuse, _b=beta):
                 _orig(lists)
@@ -473,15 +475,16 @@ def patch_variants(variant: str) -> None:
                     if c.obj.session_id:
                         c.score += _b * best[c.obj.session_id]
 
-            retrieval._fuse = with_session
+            search._fuse = with_session
         elif name == "set":
-            # set:NAME=VALUE — a module constant of episodes.retrieval (dict keys: NAME.KEY)
+            # set:NAME=VALUE — a constant in episodes.retrieval (dict keys: NAME.KEY)
             key, value = nums[0].split("=")
             if "." in key:
                 d, k2 = key.split(".")
-                getattr(retrieval, d)[k2] = float(value)
+                getattr(retrieval_modules(d)[0], d)[k2] = float(value)
             else:
-                setattr(retrieval, key, type(getattr(retrieval, key))(float(value)))
+                for module in retrieval_modules(key):
+                    setattr(module, key, type(getattr(module, key))(float(value)))
         else:
             raise SystemExit(f"unknown variant {part!r}")
 

@@ -9,14 +9,14 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from episodes import retrieval
-from episodes.calibration import (
+from episodes.models import AbstentionCalibration, Episode
+from episodes.retrieval.calibration import (
     MAX_FALSE_ANSWER_RATE,
     Choice,
     Scored,
     choose_threshold,
     load_dataset,
 )
-from episodes.models import AbstentionCalibration, Episode
 from episodes.tests.retrieval_fixtures import record, topic
 from ledger.models import Event
 from piper.embeddings import get_embedder
@@ -135,7 +135,7 @@ def test_the_shipped_set_loads():
 
 
 def retrieval_set():
-    from episodes.calibration import DEFAULT_DATA
+    from episodes.retrieval.calibration import DEFAULT_DATA
 
     return DEFAULT_DATA
 

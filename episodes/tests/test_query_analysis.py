@@ -4,8 +4,8 @@ from datetime import timedelta
 
 import pytest
 
-from episodes import query_analysis
-from episodes.query_analysis import analyse_query, dense_query_text
+from episodes.retrieval import query_analysis
+from episodes.retrieval.query_analysis import analyse_query, dense_query_text
 from piper.tenancy.services import agent_create
 
 from .retrieval_fixtures import T0, record

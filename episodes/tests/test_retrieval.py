@@ -12,7 +12,15 @@ from django.test.utils import CaptureQueriesContext
 
 from episodes import retrieval
 from episodes.models import AbstentionCalibration, Episode
-from episodes.retrieval import SearchFilters, chunk_search, episode_search
+from episodes.retrieval import (
+    SearchFilters,
+    chunk_search,
+    episode_search,
+    fetch,
+    fusion,
+    plan,
+    stats,
+)
 from episodes.tests.factories import SourceFactory
 from episodes.tests.retrieval_fixtures import T0, record, set_embedding, topic
 from piper.embeddings import get_embedder
@@ -160,14 +168,14 @@ def test_the_fused_score_is_reciprocal_rank_fusion_of_the_lists(agent_a, inciden
     result = search(agent_a, "certificate", vector=topic(2))
     top = result.hits[0]
     assert top.obj.pk == incidents["cert"].pk
-    w, k = retrieval.SIGNAL_WEIGHTS, retrieval.RRF_K
+    w, k = fusion.SIGNAL_WEIGHTS, fusion.RRF_K
     expected = (
-        w["text"] * top.signals["coverage"] ** retrieval.TEXT_COVERAGE_POWER / (k + 1)
+        w["text"] * top.signals["coverage"] ** fusion.TEXT_COVERAGE_POWER / (k + 1)
         + w["vector"] / (k + 1)
         + w["recency"] / (k + top.signals["recency_position"])
     ) * (
-        (1 + retrieval.SALIENCE_WEIGHT * (top.signals["salience"] - 0.5))
-        * (1 + retrieval.AUTHORITY_WEIGHT * (top.signals["trust"] - 0.5))
+        (1 + fusion.SALIENCE_WEIGHT * (top.signals["salience"] - 0.5))
+        * (1 + fusion.AUTHORITY_WEIGHT * (top.signals["trust"] - 0.5))
     )
     assert top.score == pytest.approx(expected, abs=1e-6)
 
@@ -176,10 +184,10 @@ def test_recency_decays_with_the_half_life(agent_a, incidents):
     result = search(agent_a, "anything", vector=topic(4))
     by_id = {h.obj.pk: h for h in result.hits}
     assert by_id[incidents["deploy"].pk].signals["recency"] == pytest.approx(
-        0.5 ** (1 / retrieval.RECENCY_HALF_LIFE_DAYS), abs=1e-6
+        0.5 ** (1 / fusion.RECENCY_HALF_LIFE_DAYS), abs=1e-6
     )
     assert by_id[incidents["oom"].pk].signals["recency"] == pytest.approx(
-        0.5 ** (31 / retrieval.RECENCY_HALF_LIFE_DAYS), abs=1e-6
+        0.5 ** (31 / fusion.RECENCY_HALF_LIFE_DAYS), abs=1e-6
     )
     assert by_id[incidents["deploy"].pk].signals["recency_position"] == 1
 
@@ -217,15 +225,15 @@ def test_the_entity_list_can_read_the_entities_index(agent_a):
     record(agent_a, summary="Rotated the keys", entities=["payments-api"], embedding=topic(7))
     with CaptureQueriesContext(connection) as queries:
         search(agent_a, "keys", vector=topic(7), filters=SearchFilters(entities=("payments-api",)))
-    assert any(retrieval.ENTITY_MATCH_SQL.split(" %")[0] in q["sql"] for q in queries)
+    assert any(plan.ENTITY_MATCH_SQL.split(" %")[0] in q["sql"] for q in queries)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(
-            f"EXPLAIN SELECT e.id FROM episodes_episode e WHERE {retrieval.ENTITY_MATCH_SQL}",
+            f"EXPLAIN SELECT e.id FROM episodes_episode e WHERE {plan.ENTITY_MATCH_SQL}",
             {"entities": ["payments-api"]},
         )
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "episodes_entities_gin" in plan, plan
+        explained = "\n".join(row[0] for row in cursor.fetchall())
+    assert "episodes_entities_gin" in explained, explained
 
 
 # ------------------------------------------------------------------ filters
@@ -338,7 +346,7 @@ def test_supporting_evidence_is_answered(agent_a, incidents):
     assert result.abstained is False
     assert result.near_misses == []
     assert result.hits[0].obj.pk == incidents["oom"].pk
-    assert result.evidence_score == pytest.approx(1.0 + retrieval.COVERAGE_WEIGHT * 1.0)
+    assert result.evidence_score == pytest.approx(1.0 + fusion.COVERAGE_WEIGHT * 1.0)
 
 
 def test_an_agent_with_no_episodes_abstains_without_candidates(agent_a):
@@ -381,8 +389,8 @@ def test_the_newest_calibration_for_the_embedder_sets_the_threshold(agent_a, inc
 def test_an_unembedded_row_is_evidence_by_its_coverage(agent_a):
     record(agent_a, summary="Kafka consumer lag alarm fired")
     result = episode_search(agent=agent_a, query="kafka consumer lag", query_embedding=topic(1))
-    assert result.evidence_score == pytest.approx(retrieval.UNEMBEDDED_COVERAGE_EVIDENCE)
-    assert retrieval.UNEMBEDDED_COVERAGE_EVIDENCE > retrieval.DEFAULT_ABSTENTION_THRESHOLD
+    assert result.evidence_score == pytest.approx(fusion.UNEMBEDDED_COVERAGE_EVIDENCE)
+    assert fusion.UNEMBEDDED_COVERAGE_EVIDENCE > retrieval.DEFAULT_ABSTENTION_THRESHOLD
     assert result.abstained is False
 
 
@@ -466,7 +474,7 @@ def test_two_statements_and_the_hnsw_settings_put_back(agent_a, incidents):
         with CaptureQueriesContext(connection) as queries:
             search(agent_a, "batch", vector=topic(1))
         # prepare (lexemes, threshold, settings), the search with the candidates'
-        # session neighbours (episodes.session_context), the settings put back,
+        # session neighbours (episodes.retrieval.session_context), the settings put back,
         # the hits' rows
         assert len(queries) == 4
         with connection.cursor() as cursor:
@@ -503,8 +511,8 @@ def test_a_filtered_set_is_counted_once_a_minute(agent_a, monkeypatch):
     assert _counts_the_set(other_actor)  # another set, another count
     assert summaries(again) == summaries(before) and again.vector_strategy == "exact"
     # A minute later the set is counted again.
-    clock = retrieval.time.monotonic() + retrieval.ROW_COUNT_CACHE_SECONDS + 1
-    monkeypatch.setattr(retrieval.time, "monotonic", lambda: clock)
+    clock = stats.time.monotonic() + stats.ROW_COUNT_CACHE_SECONDS + 1
+    monkeypatch.setattr(stats.time, "monotonic", lambda: clock)
     with CaptureQueriesContext(connection) as later:
         search(agent_a, "step", vector=topic(1), filters=ops)
     assert _counts_the_set(later)
@@ -519,7 +527,7 @@ def test_a_stale_count_picks_a_slower_plan_never_a_wrong_answer(agent_a, monkeyp
     assert nearest.obj.summary == "step 2"
     # As if the set had shrunk from far above the limit since it was counted:
     # the graph walk is taken, finds fewer than k rows and the exact scan answers.
-    monkeypatch.setattr(retrieval, "_cached_filtered_count", lambda key: 10**6)
+    monkeypatch.setattr(fetch, "_cached_filtered_count", lambda key: 10**6)
 
     result = search(agent_a, "step", vector=topic(2), filters=ops)
 
@@ -555,7 +563,7 @@ def test_a_hit_carries_every_column_as_the_orm_loads_it(agent_a):
         model = type(found)
         expected = model.objects.get(pk=found.pk)
         for f in model._meta.concrete_fields:
-            if f.column in retrieval.SEARCH_COLUMNS:
+            if f.column in plan.SEARCH_COLUMNS:
                 continue
             got, want = getattr(found, f.attname), getattr(expected, f.attname)
             assert (got, type(got)) == (want, type(want)), f"{model.__name__}.{f.name}"

@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 
 from episodes import retrieval
-from episodes.calibration import DEFAULT_DATA, _draft
 from episodes.models import Episode
 from episodes.retrieval import episode_search
+from episodes.retrieval.calibration import DEFAULT_DATA, _draft
 from episodes.services import EpisodeDraft, episodes_record
 from piper.embeddings import get_embedder
 

@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from episodes import retrieval
-from episodes.retrieval import SearchFilters, episode_search
+from episodes.retrieval import SearchFilters, episode_search, plan
 from episodes.tests.retrieval_fixtures import (
     T0,
     bulk_episodes,
@@ -65,7 +65,7 @@ def world(django_db_setup, django_db_blocker):
 def _hnsw_above_2000_rows(monkeypatch):
     # The world's agents hold 3,000 rows each: above this, below the default
     # limit, so the agent-wide searches here take the index as a big agent's do.
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_MAX_ROWS", 2_000)
+    monkeypatch.setattr(plan, "EXACT_SCAN_MAX_ROWS", 2_000)
 
 
 def _remove(agents) -> None:
@@ -161,7 +161,7 @@ def test_iterative_hnsw_recall_against_exact_is_at_least_095(world):
 
 def test_an_agent_far_above_the_exact_limit_is_not_counted_again(world, monkeypatch):
     agents, centres = world
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_MAX_ROWS", 1_000)  # 3,000 rows > 2 x 1,000
+    monkeypatch.setattr(plan, "EXACT_SCAN_MAX_ROWS", 1_000)  # 3,000 rows > 2 x 1,000
     with CaptureQueriesContext(connection) as queries:
         result = _search(agents[5], _queries(centres)[0])
     main = next(q["sql"] for q in queries.captured_queries if "vec_ann" in q["sql"])
@@ -194,7 +194,7 @@ def test_recall_holds_with_a_filter_inside_the_agent(world, monkeypatch):
     agents, centres = world
     agent = agents[7]
     # The graph walk under a filter, not the exact scan the actor's rows would get.
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_MAX_ROWS", 0)
+    monkeypatch.setattr(plan, "EXACT_SCAN_MAX_ROWS", 0)
     recalls = []
     for vector in _queries(centres, seed=12):
         result = _search(agent, vector, SearchFilters(actor="actor-3"))
@@ -233,7 +233,7 @@ def test_a_filter_without_a_covering_index_allows_fewer_exact_rows(world, monkey
     vector = _queries(centres, seed=14)[0]
     # ~430 rows are actor-3's (1 in 7); every row has the empty environment, so
     # adding it keeps the same rows, but each would be a heap and TOAST fetch.
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_HEAP_MAX_ROWS", 100)
+    monkeypatch.setattr(plan, "EXACT_SCAN_HEAP_MAX_ROWS", 100)
     covered = _search(agent, vector, SearchFilters(actor="actor-3"))
     uncovered = _search(agent, vector, SearchFilters(actor="actor-3", environment=""))
     assert covered.vector_strategy == "exact"
@@ -249,7 +249,7 @@ def test_a_filter_few_rows_pass_falls_back_to_an_exact_scan(world, monkeypatch):
         for i in range(3)
     ]
     # Three rows would be counted and scanned exactly at once; make the index try first.
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_MAX_ROWS", 0)
+    monkeypatch.setattr(plan, "EXACT_SCAN_MAX_ROWS", 0)
     result = _search(agent, centres[0], SearchFilters(actor="rare-bot"))
     assert result.vector_strategy == "hnsw+exact"
     assert {h.obj.pk for h in result.hits} == {r.pk for r in rare}

@@ -10,6 +10,7 @@ import pytest
 
 from episodes import retrieval
 from episodes.models import Episode
+from episodes.retrieval import fusion
 from episodes.salience import SALIENCE_HALF_LIFE_DAYS, USE_BOOST, effective_salience
 from episodes.services import episodes_mark_used, rebuild_projection
 from episodes.tests.retrieval_fixtures import T0, record, topic
@@ -129,11 +130,11 @@ def test_a_decayed_memory_is_still_found_when_asked_for_precisely(agent_a):
 def test_the_scales_are_the_fused_score_times_their_factors(agent_a):
     record(agent_a, summary="Renewed the certificate", occurred_at=T0 - timedelta(days=200))
     top = search(agent_a, "certificate").hits[0]
-    w, k = retrieval.SIGNAL_WEIGHTS, retrieval.RRF_K
-    fused = w["text"] * top.signals["coverage"] ** retrieval.TEXT_COVERAGE_POWER / (k + 1)
+    w, k = fusion.SIGNAL_WEIGHTS, fusion.RRF_K
+    fused = w["text"] * top.signals["coverage"] ** fusion.TEXT_COVERAGE_POWER / (k + 1)
     fused += w["recency"] / (k + 1)
-    factor = 1 + retrieval.SALIENCE_WEIGHT * (top.signals["salience"] - 0.5)
-    factor *= 1 + retrieval.AUTHORITY_WEIGHT * (top.signals["trust"] - 0.5)
+    factor = 1 + fusion.SALIENCE_WEIGHT * (top.signals["salience"] - 0.5)
+    factor *= 1 + fusion.AUTHORITY_WEIGHT * (top.signals["trust"] - 0.5)
     assert top.score == pytest.approx(fused * factor, abs=1e-6)
 
 
@@ -210,7 +211,7 @@ def test_a_third_partys_precise_match_is_still_found_first(agent_a):
 
 
 def test_trust_runs_from_third_party_to_operator():
-    assert retrieval._trust("third_party") == 0.0
-    assert retrieval._trust("operator") == 1.0
-    assert 0.0 < retrieval._trust("agent_inference") < retrieval._trust("user_statement") < 1.0
-    assert retrieval._trust("nonsense") == 0.0
+    assert fusion._trust("third_party") == 0.0
+    assert fusion._trust("operator") == 1.0
+    assert 0.0 < fusion._trust("agent_inference") < fusion._trust("user_statement") < 1.0
+    assert fusion._trust("nonsense") == 0.0

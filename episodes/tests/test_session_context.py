@@ -6,8 +6,8 @@ from datetime import timedelta
 import pytest
 
 from episodes import retrieval
-from episodes.retrieval import SearchFilters, episode_search
-from episodes.session_context import spread, symmetric
+from episodes.retrieval import SearchFilters, episode_search, fetch, fusion
+from episodes.retrieval.session_context import spread, symmetric
 
 from .retrieval_fixtures import T0, record, set_embedding, topic
 
@@ -88,7 +88,7 @@ def test_the_turn_after_a_matching_one_joins_the_hits_through_its_context(agent_
     assert [h.obj.pk for h in result.hits] == [question.pk, answer.pk]
     own, lent = result.hits[0].signals, result.hits[1].signals
     assert (lent["text_rank"], lent["coverage"], lent["evidence"]) == (None, None, None)
-    weights = retrieval.CONTEXT_WEIGHTS
+    weights = fusion.CONTEXT_WEIGHTS
     assert lent["context_text_rank"] == pytest.approx(
         weights["text_rank"] * own["text_rank"], abs=1e-6
     )
@@ -119,7 +119,7 @@ def test_neighbours_are_read_again_when_the_exact_scan_replaces_the_candidates(
     assert expected.vector_strategy == "exact"
     assert answer.pk in [h.obj.pk for h in expected.hits]
     # As if the agent's rows had been counted far above the exact-scan limit.
-    monkeypatch.setattr(retrieval, "_cached_filtered_count", lambda key: 10**6)
+    monkeypatch.setattr(fetch, "_cached_filtered_count", lambda key: 10**6)
 
     result = _search(agent_a, "flaky deploy")
 
@@ -142,7 +142,7 @@ def test_episodes_without_a_session_have_no_neighbours(agent_a):
 def test_context_off_leaves_the_neighbours_out(agent_a, monkeypatch):
     question, answer, *_ = _conversation(agent_a)
     monkeypatch.setattr(
-        retrieval, "CONTEXT_WEIGHTS", {"text_rank": 0.0, "similarity": 0.0, "coverage": 0.0}
+        fusion, "CONTEXT_WEIGHTS", {"text_rank": 0.0, "similarity": 0.0, "coverage": 0.0}
     )
     result = _search(agent_a, "flaky deploy")
     assert [h.obj.pk for h in result.hits] == [question.pk]
@@ -160,10 +160,10 @@ def test_abstention_compares_the_episodes_own_evidence(agent_a):
 
 
 def test_an_episode_gains_a_share_of_its_sessions_best_score(agent_a, monkeypatch):
-    monkeypatch.setattr(retrieval, "SALIENCE_WEIGHT", 0.0)  # the boost alone
-    monkeypatch.setattr(retrieval, "AUTHORITY_WEIGHT", 0.0)
+    monkeypatch.setattr(fusion, "SALIENCE_WEIGHT", 0.0)  # the boost alone
+    monkeypatch.setattr(fusion, "AUTHORITY_WEIGHT", 0.0)
     monkeypatch.setattr(
-        retrieval, "CONTEXT_WEIGHTS", {"text_rank": 0.0, "similarity": 0.0, "coverage": 0.0}
+        fusion, "CONTEXT_WEIGHTS", {"text_rank": 0.0, "similarity": 0.0, "coverage": 0.0}
     )
     _conversation(agent_a)
     lone = record(agent_a, summary="resolver notes", occurred_at=T0 + timedelta(hours=1))
@@ -175,9 +175,9 @@ def test_an_episode_gains_a_share_of_its_sessions_best_score(agent_a, monkeypatc
     # both s1 turns carry s1's best fused score; the sessionless row carries none
     assert question.signals["session_best"] == answer.signals["session_best"] == best
     assert "session_best" not in by_summary[lone.summary].signals
-    weight = retrieval.SESSION_WEIGHT
+    weight = fusion.SESSION_WEIGHT
     assert weight > 0
-    monkeypatch.setattr(retrieval, "SESSION_WEIGHT", 0.0)
+    monkeypatch.setattr(fusion, "SESSION_WEIGHT", 0.0)
     unboosted = {h.obj.summary: h.score for h in _search(agent_a, "resolver deploy").hits}
     assert answer.score == pytest.approx(unboosted[answer.obj.summary] + weight * best, abs=1e-5)
     assert by_summary[lone.summary].score == pytest.approx(unboosted[lone.summary], abs=1e-6)

@@ -1,9 +1,10 @@
 """What an erasure does outside PostgreSQL: the caches of the agent's data.
 
-Processes cache small things per agent (episodes.query_analysis: the actor
-names; episodes.retrieval: counts keyed by filter values). An erasure starts a
-new generation of the agent (piper.generations): this process drops its
-entries at once, every other one within generations.CHECK_SECONDS.
+Processes cache small things per agent (episodes.retrieval.query_analysis:
+the actor names; episodes.retrieval.stats: counts keyed by filter values). An
+erasure starts a new generation of the agent (piper.generations): this
+process drops its entries at once, every other one within
+generations.CHECK_SECONDS.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def erased(*, agent_id: uuid.UUID) -> int:
 
 def residue(*, agent_id: uuid.UUID, scope: ErasureScope) -> list[dict]:
     """This process's caches hold no erased name, and the generation moved on."""
-    from episodes import query_analysis
+    from episodes.retrieval import query_analysis
 
     cached = query_analysis._actor_cache.get(agent_id)
     names = set(cached[1]) if cached else set()

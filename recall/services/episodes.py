@@ -71,8 +71,8 @@ def _named_entities(ask: Ask) -> tuple[str, ...]:
 
 
 def route_what_happened(ask: Ask) -> Answer:
-    from episodes.query_analysis import analyse_query
     from episodes.retrieval import SearchFilters, episode_search
+    from episodes.retrieval.query_analysis import analyse_query
 
     f = ask.filters
     # Episode search embeds the question without the agent's actor names (they weigh

@@ -21,9 +21,10 @@ and events, in the words the service's rules and its calibration set use
 expired), and the `held_out` ones, written for this suite only: a test
 (battery/tests/test_suite_episodic.py) checks that no content word of a
 held-out question template, action or incident appears in
-recall/router.py, episodes/query_analysis.py, episodes/calibration.py
-or episodes/calibration_set.json. The held-out figure measures what the
-embedding and the threshold do with words nobody tuned them on.
+recall/router.py, episodes/retrieval/query_analysis.py,
+episodes/retrieval/calibration.py or episodes/calibration_set.json. The
+held-out figure measures what the embedding and the threshold do with words
+nobody tuned them on.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ TWISTS = ("action", "incident")
 # The files whose words the held-out part must not use.
 CODE_FILES = (
     "recall/router.py",
-    "episodes/query_analysis.py",
-    "episodes/calibration.py",
+    "episodes/retrieval/query_analysis.py",
+    "episodes/retrieval/calibration.py",
     "episodes/calibration_set.json",
 )
 

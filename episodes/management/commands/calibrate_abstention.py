@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from episodes.calibration import DEFAULT_DATA, abstention_calibrate
+from episodes.retrieval.calibration import DEFAULT_DATA, abstention_calibrate
 from piper.errors import InvalidInput
 
 

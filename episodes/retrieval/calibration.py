@@ -6,7 +6,7 @@ episode that answers them (most share no word with it), unanswerable ones ask
 about things that never happened. `abstention_calibrate` records the episodes
 for a throwaway agent inside a transaction that is rolled back, embeds them
 with the process embedder, asks every question through `episode_search`, and
-chooses the threshold on the evidence score (retrieval.EVIDENCE_METRIC): the
+chooses the threshold on the evidence score (types.EVIDENCE_METRIC): the
 lowest one that answers at most MAX_FALSE_ANSWER_RATE of the unanswerable
 questions (false memories cost more than misses). The chosen threshold is
 stored as an `AbstentionCalibration` with the model name, metric, data set,
@@ -34,10 +34,12 @@ from django.utils import timezone
 from piper.errors import InvalidInput
 from piper.tenancy.services import agent_create
 
-from . import retrieval
-from .models import AbstentionCalibration, Episode
+from ..models import AbstentionCalibration, Episode
+from .search import episode_search
+from .types import EVIDENCE_METRIC
 
-DEFAULT_DATA = Path(__file__).with_name("calibration_set.json")
+# Beside the app, not this package: the battery and the safety evaluation read it too.
+DEFAULT_DATA = Path(__file__).parents[1] / "calibration_set.json"
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def score_queries(data: dict[str, Any]) -> list[Scored]:
     """Each query's evidence score against the data set's episodes (nothing is kept)."""
     from piper.embeddings import get_embedder
 
-    from .services import EpisodeDraft, episodes_record
+    from ..services import EpisodeDraft, episodes_record
 
     embedder = get_embedder()
     now = timezone.now()
@@ -121,7 +123,7 @@ def score_queries(data: dict[str, Any]) -> list[Scored]:
             queries = [q["query"] for q in data["queries"]]
             query_vectors = embedder.embed(queries)
             for q, vector in zip(data["queries"], query_vectors, strict=True):
-                result = retrieval.episode_search(
+                result = episode_search(
                     agent=agent, query=q["query"], query_embedding=vector, now=now, abstain=False
                 )
                 keys = [key_of[h.obj.pk] for h in result.hits]
@@ -210,7 +212,7 @@ def abstention_calibrate(
     calibration = AbstentionCalibration(
         embedding_model=get_embedder().name,
         threshold=choice.threshold,
-        metric=retrieval.EVIDENCE_METRIC,
+        metric=EVIDENCE_METRIC,
         dataset=f"{data['name']} ({Path(data_path).name})",
         sample_size=len(scored),
         answerable_accuracy=round(choice.answerable_accuracy, 4),

@@ -14,9 +14,7 @@ with the candidates (`session_neighbours` runs it alone when the candidates
 change afterwards). `spread` then gives every candidate a share of its best neighbour's
 value of a signal: value + weight × max(neighbour's value − floor, 0).
 
-On LoCoMo (bench/locomo_explore.py) spreading the text and vector signals to
-the adjacent turns, and bringing those turns in as candidates, is worth about
-+0.1 evidence R@10 (docs/benchmarks.md).
+What that is worth on LoCoMo is in docs/benchmarks.md.
 """
 
 from __future__ import annotations
