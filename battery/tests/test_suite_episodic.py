@@ -22,6 +22,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils.dateparse import parse_datetime
 
+from battery.judging import Tally, miss
 from battery.models import BatteryRun
 from battery.registry import ItemFailure, ItemOutcome, designed_suites, suites_select
 from battery.scoring import score_run, suite_result
@@ -37,7 +38,6 @@ from battery.suites.episodic.judge import (
     judge_synthesis,
     summarize,
 )
-from battery.suites.working_state.judge import Tally, miss
 from battery.taxonomy import FailureCode as F
 from battery.tests.helpers import Faulty, run_suite_small
 from battery.transport import ApiResponse, InProcessTransport

@@ -18,6 +18,7 @@ from dateutil.rrule import rrulestr
 from django.core.management import CommandError, call_command
 from django.utils.dateparse import parse_datetime
 
+from battery.judging import CORRECT, miss
 from battery.models import BatteryRun
 from battery.registry import ItemOutcome, designed_suites, suites_select
 from battery.scoring import score_run, suite_result
@@ -43,7 +44,6 @@ from battery.suites.prospective.judge import (
     judge_settled,
     summarize,
 )
-from battery.suites.working_state.judge import CORRECT, miss
 from battery.taxonomy import FailureCode as F
 from battery.tests.helpers import Faulty, run_suite_small
 from battery.transport import InProcessTransport

@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import pytest
 from django.core.management import CommandError, call_command
 
+from battery.judging import miss
 from battery.models import BatteryRun
 from battery.registry import ItemFailure, ItemOutcome, designed_suites, suites_select
 from battery.scoring import score_run, suite_result
@@ -39,7 +40,6 @@ from battery.suites.semantic.judge import (
     judge_recall_found,
     judge_recall_stale,
     judge_values,
-    miss,
     recall_metrics,
     summarize,
 )

@@ -16,20 +16,14 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils.dateparse import parse_datetime
 
+from battery.judging import Tally, miss, shown
 from battery.models import BatteryRun
 from battery.registry import ItemFailure, ItemOutcome, designed_suites, suites_select
 from battery.scoring import score_run, suite_result
 from battery.suites import working_state
 from battery.suites.working_state import draw
 from battery.suites.working_state.draw import CRITICAL, STALE_KINDS, T0, T1
-from battery.suites.working_state.judge import (
-    Tally,
-    judge_field,
-    judge_recheck,
-    miss,
-    shown,
-    summarize,
-)
+from battery.suites.working_state.judge import judge_field, judge_recheck, summarize
 from battery.taxonomy import FailureCode as F
 from battery.tests.helpers import Faulty, run_suite_small
 from battery.transport import InProcessTransport

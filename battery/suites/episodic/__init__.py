@@ -28,12 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...judging import CORRECT, Tally, Verdict, miss
 from ...registry import ItemSpec, MetricGate, Suite, register
 from ...runner import ItemContext
 from ...taxonomy import FailureCode as F
 from ..working_state import clock_set, thread_write
 from ..working_state.api import StateApi, ok
-from ..working_state.judge import CORRECT, Tally, Verdict, miss
 from . import api as episodes_api
 from .api import MAX_BATCH, Answer, EpisodesApi, answer_of, await_progress
 from .draw import PHASE_TIMES, generate

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...judging import CORRECT, Verdict, counted, miss, shown
 from ...registry import ItemOutcome, SuiteSummary, pass_rate
 from ...taxonomy import FailureCode as F
-from ..working_state.judge import CORRECT, Verdict, counted, miss, shown
 from .api import Answer, Hit, group_members, moment
 
 EVENT_DEPTH = 3  # an event must be among the first three pieces of evidence

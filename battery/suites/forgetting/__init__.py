@@ -26,11 +26,11 @@ from typing import Any
 
 from django.core.management import call_command
 
+from ...judging import CORRECT, Tally, Verdict, miss
 from ...registry import ItemFailure, ItemSpec, MetricGate, Suite, register
 from ...runner import ItemContext
 from ...taxonomy import FailureCode as F
 from ...transport import ApiResponse
-from ..working_state.judge import CORRECT, Tally, Verdict, miss
 from . import consolidation, consolidation_draw, skill_draw
 from .api import ForgettingApi, Refused, joined, shown_residue
 from .draw import GONE, KINDS, generate

@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ...judging import CORRECT, Tally, Verdict, miss
 from ...registry import ItemSpec
 from ...runner import ItemContext
 from ...taxonomy import FailureCode as F
-from ..working_state.judge import CORRECT, Tally, Verdict, miss
 from .api import ForgettingApi, Refused, search_hit_ids
 
 EPOCH = datetime(2026, 5, 4, 8, 0, tzinfo=UTC)

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ...judging import counted
 from ...registry import ItemOutcome, SuiteSummary, pass_rate
-from ..working_state.judge import counted
 
 
 def _counts(outcomes: Sequence[ItemOutcome], suffix: str = "") -> dict[str, float]:

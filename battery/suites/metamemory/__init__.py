@@ -37,13 +37,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ...judging import Tally, Verdict, miss
 from ...registry import ItemFailure, ItemSpec, MetricGate, Suite, register
 from ...runner import ItemContext
 from ...taxonomy import FailureCode as F
 from ..episodic import api as episodes_api
 from ..episodic.api import Answer, Hit, answer_of, await_progress
 from ..semantic import api as facts_api
-from ..working_state.judge import Tally, Verdict, miss
 from . import api as memory_api
 from .api import MemoryApi
 from .draw import STALE_SECONDS, generate, predicate_definitions

@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...judging import CORRECT, Verdict, counted, miss, same, shown
 from ...registry import ItemOutcome, SuiteSummary, pass_rate
 from ...taxonomy import FailureCode as F
 from ..episodic.api import Answer, Hit
 from ..episodic.judge import judge_abstain
-from ..working_state.judge import CORRECT, Verdict, counted, miss, same, shown
 
 ROUTE_GATE = 0.95  # G2 in the router's template words: route and store
 LOOK_GATE = 0.95  # G1 items whose every check held

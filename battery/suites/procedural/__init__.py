@@ -35,11 +35,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...judging import CORRECT, Tally, Verdict, miss
 from ...registry import ItemSpec, MetricGate, Suite, register
 from ...runner import ItemContext
 from ...taxonomy import FailureCode as F
 from ...transport import ApiClient, ApiResponse
-from ..working_state.judge import CORRECT, Tally, Verdict, miss
 from . import api as skills_api
 from .api import SkillsApi
 from .draw import generate

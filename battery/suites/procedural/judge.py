@@ -41,10 +41,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...judging import CORRECT, Verdict, counted, miss, shown
 from ...registry import ItemOutcome, SuiteSummary, pass_rate
 from ...taxonomy import FailureCode as F
 from ...transport import ApiResponse
-from ..working_state.judge import CORRECT, Verdict, counted, miss, shown
 from . import api as skills_api
 
 HELD_OUT_GATE = 0.95

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ...judging import Tally, Verdict, miss
 from ...registry import ItemFailure, ItemSpec, MetricGate, Suite, register
 from ...runner import ItemContext
 from ...taxonomy import FailureCode as F
 from ...transport import ApiResponse
 from ..working_state import thread_write
 from ..working_state.api import batch_results, ok
-from ..working_state.judge import Tally, Verdict, miss
 from . import api as intentions_api
 from .api import IntentionsApi
 from .draw import LAST, PHASES, STEPS, generate, iso, phase_of

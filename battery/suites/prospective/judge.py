@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ...judging import CORRECT, Verdict, counted, miss
 from ...registry import ItemOutcome, SuiteSummary, pass_rate
 from ...taxonomy import FailureCode as F
-from ..working_state.judge import CORRECT, Verdict, counted, miss
 from .draw import LAST, STEPS, iso
 
 # What the agent saw due after the tick of each step: {intention id: occurrence},

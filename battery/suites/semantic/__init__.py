@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from ...judging import CORRECT, Verdict, miss
 from ...registry import ItemFailure, ItemSpec, MetricGate, Suite, register
 from ...runner import ItemContext
 from ...taxonomy import FailureCode as F
@@ -32,17 +33,7 @@ from . import api as facts_api
 from .api import MAX_BATCH, FactsApi
 from .asked import generate as generate_asked
 from .draw import generate
-from .judge import (
-    CORRECT,
-    RECALL_JUDGES,
-    Tally,
-    Verdict,
-    failing_checks,
-    judge_paths,
-    judge_values,
-    miss,
-    summarize,
-)
+from .judge import RECALL_JUDGES, Tally, failing_checks, judge_paths, judge_values, summarize
 
 ACCURACY_GATE = 0.99
 STALE_GATE = 0.005

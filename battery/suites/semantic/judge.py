@@ -36,28 +36,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...judging import CORRECT, MISSES_KEPT, Verdict, counted, miss
 from ...registry import ItemFailure, ItemOutcome, SuiteSummary, pass_rate
 from ...taxonomy import FailureCode as F
 from ..episodic.api import Answer, Hit
 from .draw import METRICS, same, value_key
 
 METRIC_NAMES = {metric: f"{metric}_accuracy" for metric in METRICS}
-MISSES_KEPT = 10
-
-
-@dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    code: str = ""
-    stale: bool = False
-    detail: str = ""
-
-
-CORRECT = Verdict(True)
-
-
-def miss(code: F, detail: str, *, stale: bool = False) -> Verdict:
-    return Verdict(False, str(code), stale, detail)
 
 
 def _shown(values: Sequence[Any]) -> str:
@@ -304,15 +289,8 @@ def summarize(outcomes: Sequence[ItemOutcome]) -> SuiteSummary:
     """Accuracy per metric over every planned answer, the stale value rate over
     all of them, and current_fact_accuracy (DESIGN §9's caps' name) = current_value_accuracy;
     then C6's rates (recall_metrics)."""
-    planned: Counter = Counter()
-    correct: Counter = Counter()
-    stale = 0
-    for outcome in outcomes:
-        item_planned = outcome.metrics.get("planned", {})
-        planned.update(item_planned)
-        for metric, count in outcome.metrics.get("correct", {}).items():
-            correct[metric] += min(count, item_planned.get(metric, 0))
-        stale += outcome.metrics.get("stale", 0)
+    planned, correct = counted(outcomes)
+    stale = sum(outcome.metrics.get("stale", 0) for outcome in outcomes)
     metrics = {
         METRIC_NAMES[metric]: correct[metric] / planned[metric]
         for metric in METRICS

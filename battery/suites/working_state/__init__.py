@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...judging import CORRECT, Tally, Verdict, miss, same, shown
 from ...registry import ItemFailure, ItemSpec, MetricGate, Suite, register
 from ...runner import ItemContext
 from ...taxonomy import FailureCode as F
@@ -27,17 +28,7 @@ from ...transport import ApiResponse
 from . import api as state_api
 from .api import StateApi
 from .draw import T0, T1, generate, iso
-from .judge import (
-    CORRECT,
-    Tally,
-    Verdict,
-    judge_field,
-    judge_recheck,
-    miss,
-    same,
-    shown,
-    summarize,
-)
+from .judge import judge_field, judge_recheck, summarize
 
 EXACTNESS_GATE = 1.0
 RETENTION_GATE = 1.0
