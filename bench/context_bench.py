@@ -102,8 +102,8 @@ def build_world(args):
 def _embed_fact_texts(agent) -> None:
     """The fact texts' vectors, as the embedding task leaves them (the forgetting
     world renders the texts only): the context's fact candidates search them."""
+    from facts.fact_texts import fact_texts_embed
     from facts.models import FactText
-    from facts.search import fact_texts_embed
 
     pending = list(
         FactText.objects.filter(agent=agent, embedding__isnull=True).values_list("id", flat=True)

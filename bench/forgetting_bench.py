@@ -124,7 +124,7 @@ def build_world(args):
 def _finish_world(agent, shape: str):
     from django.db import connection
 
-    from facts.search import all_pairs, fact_texts_refresh
+    from facts.fact_texts import all_pairs, fact_texts_refresh
     from piper.tenancy.models import Agent
 
     started = time.perf_counter()

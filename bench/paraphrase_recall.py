@@ -37,8 +37,8 @@ KINDS = ("answer", "never_stated", "lookalike")
 
 def world(items, seed: int):
     from facts import services as facts
+    from facts.fact_texts import fact_texts_embed, fact_texts_refresh
     from facts.models import FactText
-    from facts.search import fact_texts_embed, fact_texts_refresh
     from piper.tenancy.services import agent_create
 
     agent = agent_create(name=f"paraphrase-bench-{seed}-{os.getpid()}", is_throwaway=True)

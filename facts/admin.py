@@ -408,7 +408,7 @@ class EmbeddedFilter(admin.SimpleListFilter):
 
 @admin.register(FactText)
 class FactTextAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    """The words a plain question finds a fact by (facts/search.py): an index, read-only."""
+    """The words a plain question finds a fact by (facts/fact_texts.py): an index, read-only."""
 
     list_display = ["text", "agent", "embedding_model", "rendered_at", "embedded_at"]
     list_filter = [EmbeddedFilter, "embedding_model"]

@@ -24,8 +24,8 @@ from ledger.models import Event
 from piper.tenancy.models import Agent
 
 from . import projection as p
+from .fact_texts import all_pairs, fact_texts_refresh
 from .models import AuthorityPolicy, Entity, EntityAlias, Fact, FactEvidence, FactText, Predicate
-from .search import all_pairs, fact_texts_refresh
 
 FACTS = "facts"
 ENTITIES = "entities"

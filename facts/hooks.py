@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ledger.hooks import Committed
 
-from .search import TEXT_EVENTS
+from .fact_texts import TEXT_EVENTS
 from .tasks import index_fact_texts
 
 

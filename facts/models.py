@@ -11,7 +11,7 @@ in valid time impossible, whatever the code does.
 Every row is a projection of ledger events (`facts/projection.py` applies
 them); `rebuild_projection facts` drops these tables' rows and replays the
 ledger to the same state. FactText, the words a plain question finds a fact
-by, is an index derived from that projection after commit (`facts/search.py`).
+by, is an index derived from that projection after commit (`facts/fact_texts.py`).
 """
 
 from django.contrib.postgres.constraints import ExclusionConstraint
@@ -427,7 +427,7 @@ class FactText(models.Model):
     "deployment window — team platform: Tuesdays 14:00". A search index, not a
     source of truth: similarity over this text only *proposes* (subject,
     predicate) pairs, and the facts selectors decide which value is current.
-    Rendered after commit from fact events (`facts/search.py`, task
+    Rendered after commit from fact events (`facts/fact_texts.py`, task
     `facts.index_fact_texts`); the text holds the values believed and valid
     when it was rendered, and the embedding is recomputed whenever the text
     changes. The rebuild re-renders every pair it replays.

@@ -875,7 +875,7 @@ def rebuild_projection(*, agent: Agent | None = None) -> int:
         )
         # The fact texts are kept (same pair ids after a replay) and re-rendered;
         # only a text that changed loses its embedding (queued after commit).
-        from .search import fact_texts_refresh
+        from .fact_texts import fact_texts_refresh
 
         agents = [agent.pk] if agent else Agent.objects.order_by("pk").values_list("pk", flat=True)
         for agent_id in agents:

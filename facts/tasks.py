@@ -1,4 +1,4 @@
-"""Thin, idempotent tasks: keeping the fact texts (facts/search.py) in step with the facts."""
+"""Thin, idempotent tasks: keeping the fact texts (facts/fact_texts.py) in step with the facts."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 # PostgreSQL's deadlock check (deadlock_timeout, 1 s) could pick the other side.
 LOCK_TIMEOUT_MS = 500
 MAX_RETRIES = 5
-# facts.search.BACKLOG_TIME_BUDGET_SECONDS (not imported here: search imports the models)
+# facts.fact_texts.BACKLOG_TIME_BUDGET_SECONDS (not imported here: fact_texts imports the models)
 BACKLOG_BUDGET_SECONDS = 50
 
 
@@ -39,17 +39,19 @@ def index_fact_texts(self, agent_id: str, first_seq: int, last_seq: int) -> None
     wait too long for a lock is retried with backoff."""
     from piper.tenancy.models import Agent
 
-    from . import search
+    from . import fact_texts
 
     if not Agent.objects.filter(pk=agent_id).exists():
         logger.info("index_fact_texts: agent %s is gone", agent_id)
         return
     agent_uuid = uuid.UUID(agent_id)
-    pairs = search.pairs_touched(agent_uuid, first_seq, last_seq)
+    pairs = fact_texts.pairs_touched(agent_uuid, first_seq, last_seq)
     if not pairs:
         return
     try:
-        search.fact_texts_refresh(agent_id=agent_uuid, pairs=pairs, lock_timeout_ms=LOCK_TIMEOUT_MS)
+        fact_texts.fact_texts_refresh(
+            agent_id=agent_uuid, pairs=pairs, lock_timeout_ms=LOCK_TIMEOUT_MS
+        )
     except OperationalError as exc:
         if not _gave_way(exc):
             raise
@@ -62,9 +64,9 @@ def embed_fact_texts(text_ids: list[str]) -> None:
     a vector is stored only for the text it was computed from). Each statement
     runs on its own (autocommit), so it never holds one table while waiting
     for another."""
-    from . import search
+    from . import fact_texts
 
-    search.fact_texts_embed(ids=[uuid.UUID(i) for i in text_ids])
+    fact_texts.fact_texts_embed(ids=[uuid.UUID(i) for i in text_ids])
 
 
 @shared_task(
@@ -80,13 +82,13 @@ def fact_texts_backlog(
 ) -> dict[str, int]:
     """celery-beat: render again the fact texts a lost index task left missing
     or stale, and embed those a lost embed task left without a vector
-    (facts.search.fact_texts_backlog)."""
-    from . import search
+    (facts.fact_texts.fact_texts_backlog)."""
+    from . import fact_texts
 
-    return search.fact_texts_backlog(
+    return fact_texts.fact_texts_backlog(
         agent_id=uuid.UUID(agent_id) if agent_id else None,
-        grace_seconds=search.BACKLOG_GRACE_SECONDS if grace_seconds is None else grace_seconds,
-        time_budget_seconds=search.BACKLOG_TIME_BUDGET_SECONDS
+        grace_seconds=fact_texts.BACKLOG_GRACE_SECONDS if grace_seconds is None else grace_seconds,
+        time_budget_seconds=fact_texts.BACKLOG_TIME_BUDGET_SECONDS
         if time_budget_seconds is None
         else time_budget_seconds,
     )

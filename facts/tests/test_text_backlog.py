@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from episodes.tests.factories import HashEmbedder
-from facts import search, tasks
+from facts import fact_texts, tasks
 from facts.models import FactText, FactTextCursor
 from facts.services import fact_retract
 from facts.tests.factories import at, claim
@@ -85,13 +85,13 @@ def test_a_text_left_stale_by_a_lost_task_is_brought_up_to_date():
         "Carol": ("city — Carol: Rome", True),
     }
     # Exactly what a full render says now.
-    assert search.fact_texts_refresh(agent_id=agent.pk, embed="never").changed == []
+    assert fact_texts.fact_texts_refresh(agent_id=agent.pk, embed="never").changed == []
 
 
 def test_a_text_whose_embed_task_was_lost_is_embedded_once_old_enough():
     agent = AgentFactory()
     claim(agent, "Alice", "city", "Paris", at(2024))
-    search.fact_texts_refresh(agent_id=agent.pk, embed="later")  # its embed task is lost
+    fact_texts.fact_texts_refresh(agent_id=agent.pk, embed="later")  # its embed task is lost
     FactTextCursor.objects.create(agent=agent, last_seq=head(agent))
     assert texts(agent) == {"Alice": ("city — Alice: Paris", False)}
     assert tasks.fact_texts_backlog()["texts_embedded"] == 0  # rendered just now
@@ -115,7 +115,7 @@ def test_steps_through_a_long_ledger_and_never_moves_the_cursor_back(monkeypatch
     agent = AgentFactory()
     for n in range(5):
         claim(agent, f"Host {n}", "status", "up", at(2024))
-    monkeypatch.setattr(search, "BACKLOG_EVENTS_PER_STEP", 3)
+    monkeypatch.setattr(fact_texts, "BACKLOG_EVENTS_PER_STEP", 3)
     done = tasks.fact_texts_backlog(grace_seconds=0)
     assert (done["events"], done["texts_changed"], cursor(agent)) == (head(agent), 5, head(agent))
     assert len(texts(agent)) == 5
@@ -140,10 +140,10 @@ def test_a_second_sweep_while_one_runs_returns_at_once():
     lock = "SELECT pg_advisory_{}(hashtextextended(%s, 0))"
     try:
         with other.cursor() as c:
-            c.execute(lock.format("lock"), [search._BACKLOG_LOCK])
+            c.execute(lock.format("lock"), [fact_texts._BACKLOG_LOCK])
         assert tasks.fact_texts_backlog(grace_seconds=0) == NOTHING
         with other.cursor() as c:  # (a closed session's locks go when its backend exits)
-            c.execute(lock.format("unlock"), [search._BACKLOG_LOCK])
+            c.execute(lock.format("unlock"), [fact_texts._BACKLOG_LOCK])
     finally:
         other.close()
     assert tasks.fact_texts_backlog(grace_seconds=0)["texts_changed"] == 1

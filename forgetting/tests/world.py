@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from episodes.models import Episode
 from episodes.services import EpisodeDraft, episodes_embed, episodes_record, source_ingest
-from facts.search import fact_texts_refresh
+from facts.fact_texts import fact_texts_refresh
 from facts.tests.factories import at, claim
 from intentions.services.lifecycle import IntentionInput, intention_create
 from intentions.services.state import thread_get_or_create, working_state_write

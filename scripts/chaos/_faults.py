@@ -412,8 +412,8 @@ def derived_backlog(agent) -> dict[str, int]:
     """Derived work not done yet: episodes without a vector; fact pairs whose
     text is missing or not what the facts say now; texts without a vector."""
     from episodes.models import Episode
+    from facts.fact_texts import all_pairs
     from facts.models import FactText
-    from facts.search import all_pairs
 
     texts = set(FactText.objects.filter(agent=agent).values_list("subject_id", "predicate_id"))
     return {
@@ -432,7 +432,7 @@ def stale_fact_texts(agent) -> int:
     transaction that is rolled back, counting what would change."""
     from django.db import transaction
 
-    from facts.search import fact_texts_refresh
+    from facts.fact_texts import fact_texts_refresh
 
     class Rollback(Exception):
         pass

@@ -5,7 +5,7 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from facts.search import fact_texts_refresh
+from facts.fact_texts import fact_texts_refresh
 from piper.tenancy.commands import agent_named
 from piper.tenancy.models import Agent
 

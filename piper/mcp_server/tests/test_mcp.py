@@ -225,7 +225,7 @@ def test_the_tools_work_end_to_end_with_one_key(db):
     assert "next action: Rerun it" in block["text"]
     assert "March 5" in block["text"] and "March 3" not in block["text"]
 
-    from facts.search import fact_texts_refresh
+    from facts.fact_texts import fact_texts_refresh
 
     fact_texts_refresh(agent_id=client.agent.pk, embed="now")  # what the Celery task does
     answer = structured(
