@@ -13,6 +13,7 @@ import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
@@ -24,7 +25,7 @@ from piper.tenancy.models import Agent
 from ..agent_graphs import graph_name
 from ..models import TEXT_SEARCH_CONFIG, AbstentionCalibration, ActorGraph
 from .fusion import DEFAULT_ABSTENTION_THRESHOLD, _Candidate, _Key
-from .plan import _exact_vector_sql, _rows_by_id_sql, _Spec, _statement
+from .plan import _exact_vector_sql, _positions, _rows_by_id_sql, _Spec, _statement
 from .session_context import read_neighbours
 from .stats import (
     _agent_rows,
@@ -69,7 +70,7 @@ def _prepare(
     if ef_search is not None:
         extra = (
             ", '[0]'::vector IS NOT NULL, "
-            + ", ".join(f"current_setting('{n}')" for n in HNSW_SETTINGS)
+            + ", ".join(f"current_setting('{n}') AS was_{i}" for i, n in enumerate(HNSW_SETTINGS))
             + ", set_config('hnsw.iterative_scan', 'relaxed_order', true)"
             ", set_config('hnsw.ef_search', %s, true)"
             ", set_config('hnsw.max_scan_tuples', %s, true)"
@@ -79,12 +80,12 @@ def _prepare(
     if own_graph is not None:
         extra += (
             ", coalesce((SELECT indisvalid AND indisready FROM pg_index"
-            " WHERE indexrelid = to_regclass(%s)), false)"
+            " WHERE indexrelid = to_regclass(%s)), false) AS own_graph_ready"
         )
         params.append(own_graph)
     if actor is not None:
         extra += (
-            ", leaf.name, set_config('enable_seqscan',"
+            ", leaf.name AS actor_graph, set_config('enable_seqscan',"
             " CASE WHEN leaf.name IS NULL THEN current_setting('enable_seqscan') ELSE 'off' END,"
             " true)"
         )
@@ -95,19 +96,20 @@ def _prepare(
         )
     cursor.execute(
         "SELECT ARRAY(SELECT lexeme FROM unnest(to_tsvector(%s::regconfig, %s))"
-        "             ORDER BY positions[1], lexeme),"
+        "             ORDER BY positions[1], lexeme) AS lexemes,"
         f" (SELECT ARRAY[id::text, threshold::text] FROM {AbstentionCalibration._meta.db_table}"
         "   WHERE embedding_model = %s AND metric = %s ORDER BY created_at DESC, id DESC LIMIT 1)"
-        + extra
-        + source,
+        " AS calibration" + extra + source,
         params + list(actor or ()),
     )
     row = cursor.fetchone()
-    previous = tuple(row[3 : 3 + len(HNSW_SETTINGS)]) if ef_search is not None else None
-    tail = len(row) - (2 if actor is not None else 0)
-    has_graph = bool(row[tail - 1]) if own_graph is not None else False
-    actor_graph = row[tail] if actor is not None else None
-    return list(row[0]), row[1], previous, has_graph, actor_graph
+    at = _positions(cursor)
+    previous = None
+    if ef_search is not None:
+        previous = tuple(row[at[f"was_{i}"]] for i in range(len(HNSW_SETTINGS)))
+    has_graph = bool(row[at["own_graph_ready"]]) if own_graph is not None else False
+    actor_graph = row[at["actor_graph"]] if actor is not None else None
+    return list(row[at["lexemes"]]), row[at["calibration"]], previous, has_graph, actor_graph
 
 
 # Set for the search's own transaction and put back after it. No parallel
@@ -168,9 +170,11 @@ def _fetch(
         agent_rows = _agent_rows(spec.table, agent) if wanted else 0
         threshold, source = DEFAULT_ABSTENTION_THRESHOLD, "default"
         if calibration is not None:
-            threshold, source = float(calibration[1]), calibration[0]
+            calibration_id, calibrated = calibration
+            threshold, source = float(calibrated), calibration_id
         strategy = "none"
         rows: list[tuple] = []
+        at: dict[str, int] = {}
         # The actor's own graph needs no count (_vector_ctes).
         counts = vector is not None and spec.actor_graph is None
         count_key = _filtered_count_key(spec) if counts else None
@@ -182,19 +186,28 @@ def _fetch(
             )
             cursor.execute(sql, spec.params)
             rows = cursor.fetchall()
-        n = len(spec.key_columns)
+            at = _positions(cursor)
         neighbour_rows: list[tuple] | None = None
-        if context:
+        if context and rows:
+            key_of = itemgetter(*(at[c] for c in spec.key_columns))
+            of_id_at, distance_at = at["of_id"], at["distance"]
             # (the candidate it neighbours, its key columns, its distance)
-            neighbour_rows = [(r[-1], *r[:n], r[n + 1]) for r in rows if r[-1] is not None]
-            rows = [r[:-1] for r in rows if r[-1] is None]
+            neighbour_rows = [
+                (r[of_id_at], *key_of(r), r[distance_at]) for r in rows if r[of_id_at] is not None
+            ]
+            rows = [r for r in rows if r[of_id_at] is None]
+        elif context:
+            neighbour_rows = []
         if vector is not None:
             if spec.actor_graph is not None:
                 strategy = "actor_graph"
             else:
                 counted = known_rows
                 if counted is None:
-                    counted = next((r[n + 5] for r in rows if r[n + 5] is not None), None)
+                    vec_rows_at = at["vec_rows"]
+                    counted = next(
+                        (r[vec_rows_at] for r in rows if r[vec_rows_at] is not None), None
+                    )
                 if counted is None:
                     cursor.execute(
                         f"SELECT count(*) FROM (SELECT 1 FROM {spec.table} e"
@@ -205,10 +218,11 @@ def _fetch(
                 if known_rows is None:
                     _remember_filtered_count(count_key, counted)
                 strategy = "exact" if counted <= spec.exact_max else "hnsw"
-            found = sum(1 for r in rows if r[n + 1] is not None)
+            distance_at = at["distance"]
+            found = sum(1 for r in rows if r[distance_at] is not None)
             if strategy != "exact" and found < k:
                 # A graph (the agent's or the actor's) gave up before k rows.
-                rows = _with_exact_vectors(cursor, spec, rows, lexemes, entities)
+                rows = _with_exact_vectors(cursor, spec, rows, at, lexemes, entities)
                 strategy += "+exact"
                 neighbour_rows = None  # other candidates now: _with_session_context asks again
             if nested:
@@ -217,11 +231,16 @@ def _fetch(
                     list(previous),
                 )
     cands = []
+    if rows:
+        key_of = itemgetter(*(at[c] for c in spec.key_columns))
+        values_of = itemgetter(
+            at["text_rank"], at["distance"], at["shared"], at["coverage"], at["embedded"]
+        )
     for row in rows:
-        text_rank, distance, shared, coverage, embedded = row[n : n + 5]
+        text_rank, distance, shared, coverage, embedded = values_of(row)
         cands.append(
             _Candidate(
-                obj=_Key(spec.key_columns, row[:n]),
+                obj=_Key(spec.key_columns, key_of(row)),
                 # A row holding none of the query's lexemes has no text rank.
                 text_rank=float(text_rank) if text_rank is not None and coverage else None,
                 similarity=None if distance is None else 1.0 - float(distance),
@@ -241,33 +260,44 @@ def _fetch(
 
 
 def _with_exact_vectors(
-    cursor, spec: _Spec, rows: list[tuple], lexemes: list[_Lexeme], entities: Sequence[str]
+    cursor,
+    spec: _Spec,
+    rows: list[tuple],
+    at: dict[str, int],
+    lexemes: list[_Lexeme],
+    entities: Sequence[str],
 ) -> list[tuple]:
     """The index scan gave up before finding k rows (a filter few rows pass):
-    take the vector list from an exact scan instead, fetching the rows it adds."""
-    n = len(spec.key_columns)
+    take the vector list from an exact scan instead, fetching the rows it adds.
+    `rows` and the rows returned are laid out as `at` says."""
     cursor.execute(_exact_vector_sql(spec), spec.params)
     exact = dict(cursor.fetchall())
-    id_at = spec.key_columns.index("id")
+    id_at, distance_at, dfs_at = at["id"], at["distance"], at["dfs"]
     by_id: dict[uuid.UUID, list] = {}
     for row in rows:
         row = list(row)
-        row[n + 1] = exact.get(row[id_at])
+        row[distance_at] = exact.get(row[id_at])
         by_id[row[id_at]] = row
     missing = [pk for pk in exact if pk not in by_id]
     if missing:
         weights = {}
-        dfs = next((r[n + 6] for r in rows if r[n + 6] is not None), None)
+        dfs = next((r[dfs_at] for r in rows if r[dfs_at] is not None), None)
         if lexemes and dfs is not None:
             n_rows = spec.params["n_rows"]
             for i, d in enumerate(dfs):
                 weights[f"w{i}"] = math.log(1 + (max(n_rows, d) - d + 0.5) / (d + 0.5))
         sql = _rows_by_id_sql(spec, lexemes if weights else [], entities)
         cursor.execute(sql, {**spec.params, **weights, "ids": missing})
-        for row in cursor.fetchall():
-            row = list(row)
-            row[n + 1] = exact[row[id_at]]
+        added_at = _positions(cursor)
+        for added in cursor.fetchall():
+            row = [None] * (max(at.values()) + 1)
+            for name, i in added_at.items():
+                row[at[name]] = added[i]
+            row[distance_at] = exact[row[id_at]]
             by_id[row[id_at]] = row
+    rank_at, shared_at = at["text_rank"], at["shared"]
     return [
-        tuple(r) for r in by_id.values() if r[n] is not None or r[n + 1] is not None or r[n + 2]
+        tuple(r)
+        for r in by_id.values()
+        if r[rank_at] is not None or r[distance_at] is not None or r[shared_at]
     ]

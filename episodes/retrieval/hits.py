@@ -7,6 +7,7 @@ canonical episode (consolidation.duplicates), so a group shows once.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from django.db import connection
@@ -14,7 +15,7 @@ from django.db import connection
 from piper.db import server_bound_cursor
 
 from .fusion import _Candidate
-from .plan import _attnames, _Spec
+from .plan import _attnames, _positions, _Spec
 from .types import Hit
 
 
@@ -93,16 +94,18 @@ def _episodes_by_id(spec: _Spec, ids: set) -> dict:
             f"  WHERE o.id = ANY(%s::uuid[])"
             f" UNION ALL"
             f" SELECT v.asked, n.id, n.superseded_by FROM v JOIN {spec.table} n ON n.id = v.next)"
-            f" SELECT v.asked, {columns}, e.embedding IS NOT NULL"
+            f" SELECT v.asked, {columns}, e.embedding IS NOT NULL AS embedded"
             f" FROM v JOIN {spec.table} e ON e.id = v.id"
             f" WHERE v.next IS NULL AND {spec.live}",
             [list(ids)],
         )
         rows = cursor.fetchall()
+        at = _positions(cursor)
     attnames = _attnames(spec.model, spec.columns)
+    values_of = itemgetter(*(at[c] for c in spec.columns))
     found = {}
     for row in rows:
-        obj = spec.model.from_db(connection.alias, attnames, row[1:-1])
-        obj.embedded = row[-1]
-        found[row[0]] = obj
+        obj = spec.model.from_db(connection.alias, attnames, values_of(row))
+        obj.embedded = row[at["embedded"]]
+        found[row[at["asked"]]] = obj
     return found

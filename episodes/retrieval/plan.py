@@ -358,8 +358,14 @@ entity_hits AS MATERIALIZED (
 )"""
 
 
-# Extra columns after the model's, in this order.
+# What the hybrid statement adds to each candidate's key columns. Its rows
+# are read by these names (_positions), never by offset.
 _EXTRA = ("text_rank", "distance", "shared", "coverage", "embedded", "vec_rows", "dfs")
+
+
+def _positions(cursor) -> dict[str, int]:
+    """{column name: its index} in the rows of the statement `cursor` ran last."""
+    return {column.name: i for i, column in enumerate(cursor.description)}
 
 
 def _statement(
@@ -412,7 +418,7 @@ candidates AS ({" UNION ".join(sources)})"""
     if not context:
         return f"{head}\n{found}"
     # The candidates' session neighbours in the same statement, as rows whose
-    # last column names the candidate they neighbour (NULL on the candidates).
+    # of_id names the candidate they neighbour (NULL on the candidates).
     distance = "e.embedding <=> %(qv)s::vector" if vector is not None else "NULL::float8"
     neighbours = neighbours_sql(
         table=spec.table,
@@ -421,15 +427,15 @@ candidates AS ({" UNION ".join(sources)})"""
         distance_sql=distance,
         columns=spec.key_columns,
     )
-    blanks = ", ".join(["NULL"] * (len(_EXTRA) - 2))
+    extra = ", ".join("distance" if name == "distance" else "NULL" for name in _EXTRA)
     key = ", ".join(spec.key_columns)
     return f"""{head},
 found AS MATERIALIZED ({found}),
 in_session AS (SELECT id, session_id, occurred_at FROM found WHERE session_id <> ''),
 neighbours (of_id, {key}, distance) AS ({neighbours})
-SELECT found.*, NULL::uuid FROM found
+SELECT found.*, NULL::uuid AS of_id FROM found
 UNION ALL
-SELECT {key}, NULL, distance, {blanks}, of_id FROM neighbours"""
+SELECT {key}, {extra}, of_id FROM neighbours"""
 
 
 def _rows_by_id_sql(spec: _Spec, lexemes: list[_Lexeme], entities: Sequence[str]) -> str:
@@ -437,10 +443,18 @@ def _rows_by_id_sql(spec: _Spec, lexemes: list[_Lexeme], entities: Sequence[str]
     added after the index gave up), with the weights the main statement used."""
     rank = _rank_sql(len(lexemes), "%(w{i})s") if lexemes else "NULL::float8"
     coverage = _coverage_sql(len(lexemes), "%(w{i})s") if lexemes else "NULL::float8"
+    extra = [
+        rank,
+        "NULL::float8",
+        _SHARED_SQL if entities else "NULL::int",
+        coverage,
+        "e.embedding IS NOT NULL",
+        "NULL::bigint",
+        "NULL::float8[]",
+    ]
     columns = [f"e.{c}" for c in spec.key_columns]
+    named = [f"{sql} AS {name}" for sql, name in zip(extra, _EXTRA, strict=True)]
     return (
-        f"SELECT {', '.join(columns)}, {rank}, NULL::float8,"
-        f" {_SHARED_SQL if entities else 'NULL::int'}, {coverage}, e.embedding IS NOT NULL,"
-        f" NULL::bigint, NULL::float8[]"
+        f"SELECT {', '.join(columns + named)}"
         f"  FROM {spec.table} e WHERE e.id = ANY(%(ids)s::uuid[]) AND {spec.live}"
     )

@@ -60,9 +60,11 @@ def _statistics(table: str):
         return cached[1:]
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs,"
-            "       greatest(c.reltuples, 0)::float8,"
-            "       a.most_common_vals::text::uuid[], a.most_common_freqs"
+            "SELECT s.most_common_elems::text::text[] AS lexemes,"
+            "       s.most_common_elem_freqs AS lexeme_freqs,"
+            "       greatest(c.reltuples, 0)::float8 AS total,"
+            "       a.most_common_vals::text::uuid[] AS agents,"
+            "       a.most_common_freqs AS agent_freqs"
             "  FROM pg_class c"
             "  LEFT JOIN pg_stats s ON s.schemaname = current_schema()"
             "   AND s.tablename = c.relname AND s.attname = 'search_vector'"
@@ -71,15 +73,18 @@ def _statistics(table: str):
             " WHERE c.oid = %s::regclass",
             [table],
         )
-        row = cursor.fetchone()
+        found = cursor.fetchone()
+        row = dict(zip((c.name for c in cursor.description), found, strict=True)) if found else {}
     frequencies: dict[str, float] = {}
     other = None
-    if row and row[0] and row[1]:
+    lexemes, lexeme_freqs = row.get("lexemes"), row.get("lexeme_freqs")
+    if lexemes and lexeme_freqs:
         # most_common_elem_freqs: one per element, then min, max and the null share.
-        frequencies = dict(zip(row[0], row[1], strict=False))
-        other = min(row[1][: len(row[0])]) / 2
-    total = float(row[2]) if row else 0.0
-    agents = dict(zip(row[3], row[4], strict=True)) if row and row[3] and row[4] else {}
+        frequencies = dict(zip(lexemes, lexeme_freqs, strict=False))
+        other = min(lexeme_freqs[: len(lexemes)]) / 2
+    total = float(row["total"]) if row else 0.0
+    agents, agent_freqs = row.get("agents"), row.get("agent_freqs")
+    agents = dict(zip(agents, agent_freqs, strict=True)) if agents and agent_freqs else {}
     with _cache_lock:
         _frequency_cache[table] = (now, frequencies, other, total, agents)
     return frequencies, other, total, agents
