@@ -10,15 +10,11 @@ the periodic `embed_backlog` sweep catches whatever a lost task left.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
 
 from celery import shared_task
-from django.core.cache import cache
 from django.db import DatabaseError
-from django.utils import timezone
 
 logger = logging.getLogger(__name__)
 
@@ -30,9 +26,9 @@ MAX_RETRIES = 3
 BACKLOG_GRACE_SECONDS = 120
 # One sweep embeds for at most this long, then leaves the rest to the next run.
 BACKLOG_TIME_BUDGET_SECONDS = 50
-# Sources registered this recently are checked for missing chunks by the sweep.
-CHUNK_SWEEP_WINDOW = timedelta(days=7)
-SWEEP_LOCK_KEY = "episodes:embed-backlog:lock"
+# The sweep's hard time limit, and the longest it holds its lock (a worker
+# killed mid-sweep leaves the lock to expire).
+BACKLOG_TIME_LIMIT_SECONDS = BACKLOG_TIME_BUDGET_SECONDS + 90
 
 
 def _batches(ids: Sequence, size: int = EMBED_BATCH):
@@ -120,7 +116,7 @@ def chunk_source(self, source_id: str) -> int:
     name="episodes.embed_backlog",
     ignore_result=False,
     soft_time_limit=BACKLOG_TIME_BUDGET_SECONDS + 60,
-    time_limit=BACKLOG_TIME_BUDGET_SECONDS + 90,
+    time_limit=BACKLOG_TIME_LIMIT_SECONDS,
 )
 def embed_backlog(
     agent_id: str | None = None,
@@ -128,53 +124,18 @@ def embed_backlog(
     time_budget_seconds: float = BACKLOG_TIME_BUDGET_SECONDS,
 ) -> dict[str, int]:
     """celery-beat: embed what a lost task left without a vector, and chunk recent
-    sources left without chunks.
+    sources left without chunks (episodes.upkeep.embedding_backlog_sweep: rows
+    younger than `grace_seconds` are left to their commit's tasks; one sweep at
+    a time). Returns the counts."""
+    from .upkeep import embedding_backlog_sweep
 
-    Rows younger than `grace_seconds` are left to the tasks their commit
-    queued. Works in EMBED_BATCH batches until nothing is left or the time
-    budget is spent. One sweep at a time (a Redis lock). Returns the counts.
-    """
-    from .selectors import embedding_backlog, sources_unchunked
-    from .services import chunks_embed, episodes_embed, source_chunk
-
-    done = {"episodes": 0, "chunks": 0, "sources": 0}
-    lock_seconds = int(BACKLOG_TIME_BUDGET_SECONDS + 90)
-    if not cache.add(SWEEP_LOCK_KEY, "1", timeout=lock_seconds):
-        logger.info("embed_backlog: another sweep is running")
-        return done
-    try:
-        agent = uuid.UUID(agent_id) if agent_id else None
-        deadline = time.monotonic() + time_budget_seconds
-        grace = timedelta(seconds=grace_seconds)
-        since = None if agent else timezone.now() - CHUNK_SWEEP_WINDOW
-        for source in sources_unchunked(
-            agent_id=agent, created_before=timezone.now() - grace, since=since
-        ):
-            done["sources"] += bool(source_chunk(source=source))
-            if time.monotonic() > deadline:
-                return done
-        created_before = timezone.now() - grace
-        embedders = {
-            "episodes": lambda ids: episodes_embed(episode_ids=ids),
-            "chunks": lambda ids: chunks_embed(chunk_ids=ids),
-        }
-        for kind, embed in embedders.items():
-            while time.monotonic() < deadline:
-                backlog = embedding_backlog(
-                    kind=kind, agent_id=agent, created_before=created_before
-                )
-                ids = list(backlog[:EMBED_BATCH])
-                if not ids:
-                    break
-                written = embed(ids)
-                done[kind] += written
-                if not written:  # the rows were taken meanwhile; don't spin on them
-                    break
-        if any(done.values()):
-            logger.info("embed_backlog: %s", done)
-        return done
-    finally:
-        cache.delete(SWEEP_LOCK_KEY)
+    return embedding_backlog_sweep(
+        agent_id=uuid.UUID(agent_id) if agent_id else None,
+        grace_seconds=grace_seconds,
+        time_budget_seconds=time_budget_seconds,
+        batch_size=EMBED_BATCH,
+        lock_seconds=BACKLOG_TIME_LIMIT_SECONDS,
+    )
 
 
 # A build of a 100k-row agent's graph takes minutes on a busy machine
@@ -190,41 +151,9 @@ AGENT_GRAPHS_TIME_BUDGET_SECONDS = 20 * 60
     time_limit=AGENT_GRAPHS_TIME_BUDGET_SECONDS + 20 * 60,
 )
 def build_agent_graphs() -> list[str]:
-    """celery-beat: give the large agents their own HNSW graphs (episodes.agent_graphs),
-    then their large actors theirs (episodes.actor_graphs), within one time budget.
+    """celery-beat: give the large agents their own HNSW graphs, then their large
+    actors theirs, within one time budget (episodes.upkeep.graphs_build).
     Returns the agents built for; nothing when another build is running."""
-    from . import actor_graphs, agent_graphs
+    from .upkeep import graphs_build
 
-    started = time.monotonic()
-    try:
-        runs = agent_graphs.agent_graphs_build_missing(
-            time_budget_seconds=AGENT_GRAPHS_TIME_BUDGET_SECONDS
-        )
-    except agent_graphs.BuildRunning:
-        logger.info("build_agent_graphs: another agent graph build is running")
-        return []
-    done = [run for run in runs if run.seconds is not None]
-    for built in done:
-        logger.info(
-            "build_agent_graphs: agent %s (%s episodes): %s in %.1f s",
-            built.graph.agent_id,
-            built.graph.rows,
-            built.graph.index,
-            built.seconds,
-        )
-    left = max(0.0, AGENT_GRAPHS_TIME_BUDGET_SECONDS - (time.monotonic() - started))
-    try:
-        actor_runs = actor_graphs.actor_graphs_build_missing(time_budget_seconds=left)
-    except agent_graphs.BuildRunning:
-        logger.info("build_agent_graphs: another actor graph build is running")
-        actor_runs = []
-    for built in actor_runs:
-        if built.seconds is not None:
-            logger.info(
-                "build_agent_graphs: agent %s, actor %r (%s vectors) in %.1f s",
-                built.actor_set.agent_id,
-                built.actor_set.actor,
-                built.actor_set.rows,
-                built.seconds,
-            )
-    return [str(b.graph.agent_id) for b in done]
+    return graphs_build(time_budget_seconds=AGENT_GRAPHS_TIME_BUDGET_SECONDS)

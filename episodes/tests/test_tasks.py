@@ -7,7 +7,7 @@ import uuid
 import pytest
 from django.core.cache import cache
 
-from episodes import tasks
+from episodes import tasks, upkeep
 from episodes.models import Episode, SourceChunk
 from episodes.services import episode_correct, episode_retract, episodes_record
 from episodes.tests.factories import (
@@ -145,7 +145,7 @@ class TestEager:
 
     def test_one_sweep_at_a_time_and_within_its_budget(self, hash_embedder):
         EpisodeFactory(agent=AgentFactory())
-        assert cache.add(tasks.SWEEP_LOCK_KEY, "1", timeout=60)
+        assert cache.add(upkeep.SWEEP_LOCK_KEY, "1", timeout=60)
         try:
             assert tasks.embed_backlog(grace_seconds=0) == {
                 "episodes": 0,
@@ -153,7 +153,7 @@ class TestEager:
                 "sources": 0,
             }
         finally:
-            cache.delete(tasks.SWEEP_LOCK_KEY)
+            cache.delete(upkeep.SWEEP_LOCK_KEY)
         assert tasks.embed_backlog(grace_seconds=0, time_budget_seconds=0) == {
             "episodes": 0,
             "chunks": 0,
@@ -161,7 +161,7 @@ class TestEager:
         }
         assert unembedded() == 1
         assert tasks.embed_backlog(grace_seconds=0)["episodes"] == 1
-        assert cache.get(tasks.SWEEP_LOCK_KEY) is None  # released
+        assert cache.get(upkeep.SWEEP_LOCK_KEY) is None  # released
 
 
 # ------------------------------------------------------------------ a real worker
