@@ -248,7 +248,8 @@ def bulk_create(agent, inputs) -> list:
         Transition,
         TriggerType,
     )
-    from intentions.services import engine, lifecycle, triggers
+    from intentions.services import lifecycle, triggers
+    from intentions.services.dependencies import unmet
     from ledger.services import EventDraft, events_append
     from piper.ids import uuid7
     from piper.provenance import SourceType
@@ -285,7 +286,7 @@ def bulk_create(agent, inputs) -> list:
             escalation_policy=data.escalation_policy,
             source_session=data.source_session,
             status=IntentionStatus.BLOCKED
-            if dependencies and engine.unmet(dependencies)
+            if dependencies and unmet(dependencies)
             else IntentionStatus.ACTIVE,
             last_rehearsed_at=now,
         )
@@ -565,11 +566,12 @@ def scan_queryset(now: datetime):
     from django.db.models import Q
 
     from intentions.models import Intention, IntentionStatus, TriggerType
-    from intentions.services.engine import SCAN_CHUNK, _agents_on
+    from intentions.services.engine import SCAN_CHUNK
+    from piper.tenancy.clock import scan_scope
 
     return (
         Intention.objects.filter(
-            _agents_on(None),
+            scan_scope(None),
             status=IntentionStatus.ACTIVE,
             trigger_type=TriggerType.TIME,
             due_at__lte=now,
@@ -583,7 +585,7 @@ def scan_queryset(now: datetime):
 def expire_queryset(now: datetime):
     """The query expire_due runs (copied from engine.expire_due)."""
     from intentions.models import Intention, IntentionStatus
-    from intentions.services.engine import _agents_on
+    from piper.tenancy.clock import scan_scope
 
     open_statuses = [
         IntentionStatus.ACTIVE,
@@ -592,7 +594,7 @@ def expire_queryset(now: datetime):
         IntentionStatus.EXECUTING,
     ]
     return (
-        Intention.objects.filter(_agents_on(None), status__in=open_statuses, expires_at__lte=now)
+        Intention.objects.filter(scan_scope(None), status__in=open_statuses, expires_at__lte=now)
         .order_by("expires_at")
         .values_list("pk", flat=True)
     )
@@ -806,7 +808,7 @@ def prepare_resume(population: Population) -> None:
     from django.utils import timezone
 
     from intentions.models import Intention, IntentionStatus
-    from intentions.services import engine
+    from intentions.services import firing
     from intentions.services.state import working_state_write
 
     agent, thread = population.agents[0], population.big_thread
@@ -820,7 +822,7 @@ def prepare_resume(population: Population) -> None:
     for pk, occurrence in Intention.objects.filter(
         thread=thread, status=IntentionStatus.ACTIVE
     ).values_list("pk", "occurrence")[:20]:
-        engine.fire_safely(
+        firing.fire_safely(
             intention_id=pk, occurrence=occurrence, cause="manual", at=timezone.now()
         )
     thread.refresh_from_db()

@@ -4,7 +4,7 @@ A Thread is one line of an agent's work; its WorkingState is a small,
 versioned checkpoint (each write a new version, history kept). Handover
 freezes it for a successor session, which resumes and acknowledges.
 
-An Intention is a commitment with a trigger. The engine (services/engine.py)
+An Intention is a commitment with a trigger. Firing (services/firing.py)
 moves it to *due* exactly once per occurrence: the status change is a
 compare-and-set under a row lock, and the Firing row it writes is unique per
 (intention, occurrence) — so duplicate deliveries, two beats or a killed

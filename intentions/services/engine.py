@@ -1,208 +1,51 @@
-"""The trigger engine: moves intentions to *due*, exactly once per occurrence.
+"""The trigger engine: the scans that find what is to fire, expire, be
+rehearsed or escalated, and the cycles that run them (for every wall-clock
+agent, or one agent at its own clock).
 
-`fire` is the only way anything becomes due. Under a row lock it checks the
-intention is still armed for this occurrence, writes a Firing (unique per
-intention and occurrence), flips the status with a compare-and-set, records
-an `intention.fired` ledger event, puts the intention into its thread's
-pending list and queues the webhook. A duplicate delivery, a second beat, a
-concurrent worker or a retry after a killed worker finds the occurrence
-already fired and does nothing.
-
-Scans run in short transactions over chunks taken with FOR UPDATE SKIP
-LOCKED, so two scanners share the work instead of waiting for each other.
+What fires goes through firing.py, exactly once per occurrence. Scans run
+in short transactions over chunks taken with FOR UPDATE SKIP LOCKED, so two
+scanners share the work instead of waiting for each other.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from facts.selectors import facts_valid_at_by_ref
 from ledger.models import ChainHead, Event
-from ledger.services import EventDraft, event_append, events_append
-from piper.errors import InvalidInput
-from piper.ids import uuid7
+from piper.errors import InvalidInput, NotFound
 from piper.provenance import SourceType
-from piper.tenancy.clock import now_for, simulated_agent_ids
+from piper.tenancy.clock import now_for, scan_scope
 from piper.tenancy.models import Agent, AgentClock
 
 from ..models import (
     EventCursor,
-    Firing,
     Intention,
     IntentionStatus,
-    OutboxMessage,
     PendingItem,
-    Transition,
     TriggerType,
-    Webhook,
 )
 from . import triggers
+from .dependencies import dependents_cancel, lock_dependents_to_cancel
+from .escalation import escalate_due
+from .firing import ARMED, Fired, fire_safely, fire_time_batch
+from .transitions import intention_event, record_transition
 
 logger = logging.getLogger(__name__)
 
-ARMED = (IntentionStatus.ACTIVE, IntentionStatus.BLOCKED)
 SCAN_CHUNK = 2000  # ids read per pass of a scan; each agent's share fires in one transaction
 EVENT_CHUNK = 1000
 REHEARSE_AFTER = timedelta(hours=getattr(settings, "PIPER_REHEARSE_AFTER_HOURS", 24))
 
 
-@dataclass(frozen=True)
-class Fired:
-    intention_id: uuid.UUID
-    occurrence: int
-    firing_id: uuid.UUID
-
-
-def record_transition(
-    intention: Intention,
-    to_status: str,
-    *,
-    at: datetime,
-    reason: str = "",
-    event: Event | None = None,
-    from_status: str | None = None,
-) -> None:
-    Transition.objects.create(
-        intention=intention,
-        from_status=intention.status if from_status is None else from_status,
-        to_status=to_status,
-        occurrence=intention.occurrence,
-        reason=reason,
-        at=at,
-        event=event,
-        # Its event's record time, so a rebuild from the ledger gives it back.
-        **({"recorded_at": event.recorded_at} if event is not None else {}),
-    )
-
-
-def fire(
-    *,
-    intention_id: uuid.UUID,
-    occurrence: int | None = None,
-    cause: str,
-    at: datetime,
-    cause_event: Event | None = None,
-) -> Fired | None:
-    """Make the intention due for its pending occurrence, unless it already is
-    (or is no longer armed). Returns what fired, or None. Idempotent."""
-    with transaction.atomic():
-        intention = (
-            Intention.objects.select_for_update(of=("self",), no_key=True)
-            .select_related("agent", "thread")
-            .filter(pk=intention_id)
-            .first()
-        )
-        if intention is None or intention.status not in ARMED:
-            return None
-        if intention.expires_at is not None and at >= intention.expires_at:
-            return None  # too late: expiry, not a firing
-        if occurrence is not None and intention.occurrence != occurrence:
-            return None
-        if Firing.objects.filter(intention=intention, occurrence=intention.occurrence).exists():
-            return None
-        firing_id = uuid7()
-        event = event_append(
-            agent=intention.agent,
-            event_type="intention.fired",
-            payload={
-                "intention_id": str(intention.pk),
-                "firing_id": str(firing_id),
-                "occurrence": intention.occurrence,
-                "cause": cause,
-                "cause_event_id": str(cause_event.pk) if cause_event else None,
-                "fired_at": at.isoformat(),
-                "description": intention.description,
-            },
-            session_id=intention.inherited_by or intention.source_session,
-            source_type=SourceType.OBSERVATION,
-            parent_event_id=cause_event.pk if cause_event else None,
-        )
-        try:
-            with transaction.atomic():
-                firing = Firing.objects.create(
-                    id=firing_id,
-                    agent=intention.agent,
-                    intention=intention,
-                    occurrence=intention.occurrence,
-                    fired_at=at,
-                    cause=cause,
-                    cause_event=cause_event,
-                    event=event,
-                    recorded_at=event.recorded_at,
-                )
-        except IntegrityError:  # fired by a racer that did not hold our lock: its firing stands
-            raise _AlreadyFired from None
-        changed = Intention.objects.filter(
-            pk=intention.pk, status=intention.status, occurrence=intention.occurrence
-        ).update(status=IntentionStatus.DUE, last_fired_at=at, updated_at=event.recorded_at)
-        if not changed:
-            raise _AlreadyFired
-        record_transition(
-            intention, IntentionStatus.DUE, at=at, reason=f"fired by {cause}", event=event
-        )
-        if intention.thread_id:
-            PendingItem.objects.get_or_create(
-                thread_id=intention.thread_id,
-                intention=intention,
-                kind=PendingItem.Kind.FIRED,
-                occurrence=intention.occurrence,
-                defaults={"agent": intention.agent, "added_at": at},
-            )
-        _queue_webhook(intention, firing)
-        return Fired(intention.pk, intention.occurrence, firing.pk)
-
-
-class _AlreadyFired(Exception):
-    pass
-
-
-def fire_safely(**kwargs) -> Fired | None:
-    """fire(), treating a lost race as 'already fired' (the winner's firing stands)."""
-    try:
-        return fire(**kwargs)
-    except _AlreadyFired:
-        return None
-
-
-def _queue_webhook(intention: Intention, firing: Firing) -> None:
-    hook = Webhook.objects.filter(agent_id=intention.agent_id, is_active=True).first()
-    if hook is None:
-        return
-    message = OutboxMessage.objects.create(
-        agent_id=intention.agent_id,
-        firing=firing,
-        payload={
-            "type": "intention.fired",
-            "firing_id": str(firing.pk),
-            "intention_id": str(intention.pk),
-            "occurrence": firing.occurrence,
-            "description": intention.description,
-            "priority": intention.priority,
-            "thread": intention.thread.key if intention.thread else None,
-            "fired_at": firing.fired_at.isoformat(),
-            "cause": firing.cause,
-        },
-    )
-    from ..tasks import deliver_outbox_message
-
-    transaction.on_commit(lambda: deliver_outbox_message.delay(str(message.pk)))
-
-
 # --------------------------------------------------------------------------- scans
-
-
-def _agents_on(agent: Agent | None) -> Q:
-    """Which intentions a scan looks at: one agent's, or every wall-clock agent's."""
-    if agent is not None:
-        return Q(agent=agent)
-    return ~Q(agent_id__in=simulated_agent_ids())
 
 
 def scan_time(
@@ -220,7 +63,7 @@ def scan_time(
     now = now or (now_for(agent.pk) if agent else timezone.now())
     expire_due(agent=agent, now=now)  # first: what has expired must not fire
     fired: list[Fired] = []
-    scope = _agents_on(agent)
+    scope = scan_scope(agent)
     after = None
     while True:
         candidates = (
@@ -244,132 +87,6 @@ def scan_time(
             break
         after = (rows[-1][2], rows[-1][0])
     return fired
-
-
-def fire_time_batch(
-    *, agent_id: uuid.UUID, intention_ids: list[uuid.UUID], at: datetime
-) -> list[Fired]:
-    """fire() for many time-triggered intentions of one agent, in one transaction,
-    with the same checks per row under the row lock (still active, still due,
-    not expired, occurrence not fired). Rows another scanner holds are skipped:
-    it is firing them. Should the batch meet a concurrent firing anyway (the
-    unique Firing or the status compare-and-set), it is rolled back and each
-    intention goes through fire() alone, where a lost race is harmless."""
-    try:
-        return _fire_time_batch(agent_id, intention_ids, at)
-    except _AlreadyFired:
-        results = (
-            fire_safely(intention_id=pk, cause=TriggerType.TIME, at=at) for pk in intention_ids
-        )
-        return [r for r in results if r is not None]
-
-
-def _fire_time_batch(agent_id: uuid.UUID, intention_ids: list[uuid.UUID], at: datetime):
-    with transaction.atomic():
-        rows = list(
-            Intention.objects.select_for_update(of=("self",), skip_locked=True, no_key=True)
-            .select_related("thread")
-            .filter(
-                pk__in=intention_ids,
-                agent_id=agent_id,
-                status=IntentionStatus.ACTIVE,
-                trigger_type=TriggerType.TIME,
-                due_at__lte=at,
-            )
-            .filter(Q(not_before__isnull=True) | Q(not_before__lte=at))
-            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=at))
-            .exclude(
-                Exists(
-                    Firing.objects.filter(
-                        intention=OuterRef("pk"), occurrence=OuterRef("occurrence")
-                    )
-                )
-            )
-            .order_by("pk")
-        )
-        if not rows:
-            return []
-        agent = Agent.objects.get(pk=agent_id)
-        firing_ids = [uuid7() for _ in rows]
-        events = events_append(
-            agent=agent,
-            drafts=[
-                EventDraft(
-                    event_type="intention.fired",
-                    payload={
-                        "intention_id": str(i.pk),
-                        "firing_id": str(firing_id),
-                        "occurrence": i.occurrence,
-                        "cause": TriggerType.TIME,
-                        "cause_event_id": None,
-                        "fired_at": at.isoformat(),
-                        "description": i.description,
-                    },
-                    session_id=i.inherited_by or i.source_session,
-                    source_type=SourceType.OBSERVATION,
-                )
-                for i, firing_id in zip(rows, firing_ids, strict=True)
-            ],
-        )
-        try:
-            with transaction.atomic():
-                firings = Firing.objects.bulk_create(
-                    [
-                        Firing(
-                            id=firing_id,
-                            agent_id=agent_id,
-                            intention=i,
-                            occurrence=i.occurrence,
-                            fired_at=at,
-                            cause=TriggerType.TIME,
-                            event=e,
-                            recorded_at=e.recorded_at,
-                        )
-                        for i, e, firing_id in zip(rows, events, firing_ids, strict=True)
-                    ]
-                )
-        except IntegrityError:  # a racer fired one without our lock: fall back, row by row
-            raise _AlreadyFired from None
-        changed = Intention.objects.filter(
-            pk__in=[i.pk for i in rows], status=IntentionStatus.ACTIVE
-        ).update(status=IntentionStatus.DUE, last_fired_at=at, updated_at=events[0].recorded_at)
-        if changed != len(rows):
-            raise _AlreadyFired
-        Transition.objects.bulk_create(
-            [
-                Transition(
-                    intention=i,
-                    from_status=IntentionStatus.ACTIVE,
-                    to_status=IntentionStatus.DUE,
-                    occurrence=i.occurrence,
-                    reason=f"fired by {TriggerType.TIME}",
-                    at=at,
-                    event=e,
-                    recorded_at=e.recorded_at,
-                )
-                for i, e in zip(rows, events, strict=True)
-            ]
-        )
-        PendingItem.objects.bulk_create(
-            [
-                PendingItem(
-                    agent_id=agent_id,
-                    thread_id=i.thread_id,
-                    intention=i,
-                    kind=PendingItem.Kind.FIRED,
-                    occurrence=i.occurrence,
-                    added_at=at,
-                )
-                for i in rows
-                if i.thread_id
-            ],
-            ignore_conflicts=True,
-        )
-        hook = Webhook.objects.filter(agent_id=agent_id, is_active=True).first()
-        if hook is not None:
-            for intention, firing in zip(rows, firings, strict=True):
-                _queue_webhook(intention, firing)
-        return [Fired(i.pk, i.occurrence, f.pk) for i, f in zip(rows, firings, strict=True)]
 
 
 def catch_up_events() -> int:
@@ -397,8 +114,6 @@ def cycle() -> dict:
     the time scan and expiry and the state re-checks for every wall-clock
     agent, the event catch-up for every agent with an armed event trigger, and
     then the escalations whose condition holds (escalation.escalate_due)."""
-    from .escalation import escalate_due
-
     fired = {"time": scan_time(), "states": check_states(), "events": []}
     for agent_id in _event_armed_agent_ids():
         fired["events"] += match_events(agent_id=agent_id)
@@ -410,9 +125,7 @@ def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> in
     """Expiry is explicit: only intentions with an expires_at in the past.
     Each expiry is its own transaction, recorded in the ledger; the blocked
     dependents it leaves that can never run are cancelled in it
-    (lifecycle.dependents_cancel)."""
-    from .lifecycle import dependents_cancel, dependents_lock
-
+    (dependencies.dependents_cancel)."""
     now = now or (now_for(agent.pk) if agent else timezone.now())
     open_statuses = [
         IntentionStatus.ACTIVE,
@@ -422,7 +135,7 @@ def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> in
     ]
     count = 0
     ids = list(
-        Intention.objects.filter(_agents_on(agent), status__in=open_statuses, expires_at__lte=now)
+        Intention.objects.filter(scan_scope(agent), status__in=open_statuses, expires_at__lte=now)
         .order_by("expires_at")
         .values_list("pk", flat=True)
     )
@@ -436,9 +149,16 @@ def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> in
             )
             if intention is None:  # finished or expired meanwhile
                 continue
-            doomed = dependents_lock(intention)  # rows before the chain head
-            event = _event(
-                intention, "intention.expired", {"from": intention.status, "at": now.isoformat()}
+            doomed = lock_dependents_to_cancel(intention)  # rows before the chain head
+            event = intention_event(
+                intention,
+                "intention.expired",
+                {
+                    "occurrence": intention.occurrence,
+                    "from": intention.status,
+                    "at": now.isoformat(),
+                },
+                source_type=SourceType.OBSERVATION,
             )
             record_transition(
                 intention, IntentionStatus.EXPIRED, at=now, reason="expires_at passed", event=event
@@ -450,16 +170,6 @@ def expire_due(*, agent: Agent | None = None, now: datetime | None = None) -> in
             dependents_cancel(intention, doomed, at=now)
             count += 1
     return count
-
-
-def _event(intention: Intention, event_type: str, payload: dict) -> Event:
-    return event_append(
-        agent=intention.agent,
-        event_type=event_type,
-        payload={"intention_id": str(intention.pk), "occurrence": intention.occurrence, **payload},
-        session_id=intention.inherited_by or intention.source_session,
-        source_type=SourceType.OBSERVATION,
-    )
 
 
 def match_events(*, agent_id: uuid.UUID) -> list[Fired]:
@@ -545,7 +255,7 @@ def check_states(*, agent: Agent | None = None, now: datetime | None = None) -> 
     fired: list[Fired] = []
     armed = (
         Intention.objects.filter(
-            _agents_on(agent), status=IntentionStatus.ACTIVE, trigger_type=TriggerType.STATE
+            scan_scope(agent), status=IntentionStatus.ACTIVE, trigger_type=TriggerType.STATE
         )
         .select_related("agent")
         .only("pk", "agent", "occurrence", "not_before", "trigger_spec")
@@ -586,9 +296,6 @@ def check_states(*, agent: Agent | None = None, now: datetime | None = None) -> 
 def _values_at(agent: Agent, subject: str, predicate: str, at: datetime) -> list:
     """The believed values of subject.predicate at `at` (an entity's name for a
     relation); none when the subject or predicate is unknown."""
-    from facts.selectors import facts_valid_at_by_ref
-    from piper.errors import NotFound
-
     try:
         _, _, facts = facts_valid_at_by_ref(
             agent=agent, subject_ref=subject, predicate_name=predicate, valid_time=at
@@ -598,81 +305,11 @@ def _values_at(agent: Agent, subject: str, predicate: str, at: datetime) -> list
     return [f.object_value if f.object_entity_id is None else f.object_entity.name for f in facts]
 
 
-def unmet(dependencies) -> bool:
-    """Is any of these intentions not yet done? Done means completed — for a
-    recurring one, one occurrence completed (it is active again, for its next
-    occurrence, or its series is over); a skipped occurrence is not done, so a
-    series that ran out with every occurrence skipped was never done."""
-    pending = [
-        d.pk for d in dependencies if not (d.status == IntentionStatus.COMPLETED and not d.rrule)
-    ]
-    if not pending:
-        return False
-    done = set(
-        Transition.objects.filter(intention_id__in=pending, to_status=IntentionStatus.COMPLETED)
-        .exclude(reason="skipped")
-        .values_list("intention_id", flat=True)
-    )
-    return any(pk not in done for pk in pending)
-
-
-def _blocked_dependents(intention: Intention):
-    """The blocked intentions that wait directly on `intention`."""
-    return Intention.objects.filter(
-        dependency_links__depends_on=intention, status=IntentionStatus.BLOCKED
-    )
-
-
-def lock_dependents(intention: Intention) -> None:
-    """Lock the rows release_dependents may change, before the caller writes to
-    the ledger: the lock order everywhere is intention rows, then chain head."""
-    list(
-        _blocked_dependents(intention)
-        .select_for_update(no_key=True)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-
-
-def release_dependents(*, intention: Intention, at: datetime) -> list[Fired]:
-    """An intention completed. Its blocked dependents with every dependency now
-    done are released: a dependency trigger fires; any other trigger is re-armed
-    (active) and fires on its own cue."""
-    fired = []
-    for dependent in _blocked_dependents(intention).select_related("agent"):
-        if unmet(
-            [link.depends_on for link in dependent.dependency_links.select_related("depends_on")]
-        ):
-            continue
-        if dependent.trigger_type == TriggerType.DEPENDENCY:
-            result = fire_safely(
-                intention_id=dependent.pk,
-                occurrence=dependent.occurrence,
-                cause=TriggerType.DEPENDENCY,
-                at=at,
-            )
-            if result:
-                fired.append(result)
-            continue
-        event = _event(
-            dependent,
-            "intention.rearmed",
-            {"from": "blocked", "reason": "dependencies met", "at": at.isoformat()},
-        )
-        record_transition(
-            dependent, IntentionStatus.ACTIVE, at=at, reason="dependencies met", event=event
-        )
-        Intention.objects.filter(pk=dependent.pk, status=IntentionStatus.BLOCKED).update(
-            status=IntentionStatus.ACTIVE, updated_at=event.recorded_at
-        )
-    return fired
-
-
 def rehearse(*, agent: Agent | None = None, now: datetime | None = None) -> int:
     """Re-surface intentions pending longer than REHEARSE_AFTER into their thread's
     working state, so nothing waits unseen."""
     count = 0
-    candidates = Intention.objects.filter(_agents_on(agent), status__in=ARMED, thread__isnull=False)
+    candidates = Intention.objects.filter(scan_scope(agent), status__in=ARMED, thread__isnull=False)
     for intention in candidates.select_related("agent").iterator(chunk_size=SCAN_CHUNK):
         at = now or now_for(intention.agent_id)
         # Set at creation (the agent had it in mind then), on the engine's clock.
@@ -694,10 +331,15 @@ def rehearse(*, agent: Agent | None = None, now: datetime | None = None) -> int:
             )
             if not created:
                 PendingItem.objects.filter(pk=item.pk).update(added_at=at, cleared_at=None)
-            _event(
+            intention_event(
                 intention,
                 "intention.rehearsed",
-                {"at": at.isoformat(), "thread_id": str(intention.thread_id)},
+                {
+                    "occurrence": intention.occurrence,
+                    "at": at.isoformat(),
+                    "thread_id": str(intention.thread_id),
+                },
+                source_type=SourceType.OBSERVATION,
             )
             count += 1
     return count
@@ -706,8 +348,6 @@ def rehearse(*, agent: Agent | None = None, now: datetime | None = None) -> int:
 def tick(*, agent: Agent) -> dict:
     """One engine cycle for one agent at its own clock (the battery's simulated
     time); escalations last, so one fired in this cycle is measured from now."""
-    from .escalation import escalate_due
-
     now = now_for(agent.pk)
     return {
         "now": now,

@@ -41,11 +41,10 @@ from django.db.models import DateTimeField, F, FloatField, Q
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from ledger.services import event_append
 from piper.errors import InvalidInput
 from piper.ids import uuid7
 from piper.provenance import SourceType
-from piper.tenancy.clock import now_for
+from piper.tenancy.clock import now_for, scan_scope
 from piper.tenancy.models import Agent
 
 from ..models import (
@@ -57,6 +56,7 @@ from ..models import (
     Transition,
     Webhook,
 )
+from .transitions import intention_event
 
 logger = logging.getLogger(__name__)
 
@@ -214,11 +214,10 @@ def _escalate(intention: Intention, *, reason: str, at: datetime) -> Escalated:
         "notify": notify,
     }
     escalation_id = uuid7()
-    event = event_append(
-        agent=intention.agent,
-        event_type="intention.escalated",
-        payload={
-            "intention_id": str(intention.pk),
+    event = intention_event(
+        intention,
+        "intention.escalated",
+        {
             "escalation_id": str(escalation_id),
             "policy": policy,
             **details,
@@ -227,7 +226,6 @@ def _escalate(intention: Intention, *, reason: str, at: datetime) -> Escalated:
             if intention.last_fired_at
             else None,
         },
-        session_id=intention.inherited_by or intention.source_session,
         source_type=SourceType.OBSERVATION,
     )
     try:
@@ -340,13 +338,11 @@ def escalate_due(
     transaction; rows another worker holds are skipped (it is escalating or
     changing them: the next cycle looks again). Idempotent: a second run, or a
     concurrent one, escalates nothing more."""
-    from .engine import _agents_on
-
     now = now or (now_for(agent.pk) if agent else timezone.now())
     escalated: list[Escalated] = []
     after = None
     while True:
-        query = _candidates(_agents_on(agent), now).order_by("pk")
+        query = _candidates(scan_scope(agent), now).order_by("pk")
         if after is not None:
             query = query.filter(pk__gt=after)
         ids = list(query.values_list("pk", flat=True)[:chunk])

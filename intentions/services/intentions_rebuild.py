@@ -232,7 +232,7 @@ class _Fold:
         )
 
     def done(self, intention_id: uuid.UUID) -> bool:
-        """engine.unmet's 'done', over the fold: completed once, not by a skip."""
+        """dependencies.unmet's 'done', over the fold: completed once, not by a skip."""
         intention = self.intentions.get(intention_id)
         if intention is None:
             return False

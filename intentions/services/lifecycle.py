@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from ledger.services import event_append, json_storage_error
@@ -34,15 +34,28 @@ from piper.tenancy.models import Agent
 
 from ..models import (
     TERMINAL,
-    TRANSITIONS,
     Intention,
     IntentionDependency,
     IntentionStatus,
     Thread,
     TriggerType,
 )
-from . import engine, triggers
+from . import triggers
+from .dependencies import (
+    ENDED_WITHOUT_SUCCESS,
+    dependents_cancel,
+    lock_dependencies,
+    lock_dependents_to_cancel,
+    lock_dependents_to_release,
+    own_dependencies,
+    reaches,
+    refuse_ended,
+    release_dependents,
+    unmet,
+)
 from .escalation import escalate_locked, escalation_policy_check
+from .firing import fire_safely
+from .transitions import intention_event, move_locked, record_transition
 
 
 @dataclass(frozen=True)
@@ -68,16 +81,6 @@ class IntentionInput:
 
 def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment is not None else None
-
-
-def _ledger(intention: Intention, event_type: str, payload: dict):
-    return event_append(
-        agent=intention.agent,
-        event_type=event_type,
-        payload={"intention_id": str(intention.pk), **payload},
-        session_id=intention.inherited_by or intention.source_session,
-        source_type=SourceType.AGENT_INFERENCE,
-    )
 
 
 def _check_times(data: IntentionInput) -> dict[str, list[str]]:
@@ -168,10 +171,10 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
             "a dependency trigger needs dependencies", details={"dependencies": ["required"]}
         )
     with transaction.atomic():
-        _lock_dependencies(agent, dependency_ids)
-        dependencies = _own_intentions(agent, dependency_ids)
+        lock_dependencies(agent, dependency_ids)
+        dependencies = own_dependencies(agent, dependency_ids)
         now = now_for(agent.pk)
-        _refuse_ended(dependencies)
+        refuse_ended(dependencies)
         intention = Intention(
             agent=agent,
             thread=data.thread,
@@ -188,9 +191,7 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
             retry_policy=data.retry_policy,
             escalation_policy=data.escalation_policy,
             source_session=data.source_session,
-            status=IntentionStatus.BLOCKED
-            if engine.unmet(dependencies)
-            else IntentionStatus.ACTIVE,
+            status=IntentionStatus.BLOCKED if unmet(dependencies) else IntentionStatus.ACTIVE,
             last_rehearsed_at=now,
         )
         intention.source_event = event_append(
@@ -228,7 +229,7 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
         IntentionDependency.objects.bulk_create(
             [IntentionDependency(intention=intention, depends_on=d) for d in dependencies]
         )
-        engine.record_transition(
+        record_transition(
             intention,
             intention.status,
             at=now,
@@ -236,85 +237,13 @@ def intention_create(*, agent: Agent, data: IntentionInput) -> Intention:
             event=intention.source_event,
             from_status="",
         )
-        if intention.trigger_type == TriggerType.DEPENDENCY and not engine.unmet(dependencies):
+        if intention.trigger_type == TriggerType.DEPENDENCY and not unmet(dependencies):
             # Its dependencies were already done: its trigger has happened.
-            engine.fire_safely(
+            fire_safely(
                 intention_id=intention.pk, cause=TriggerType.DEPENDENCY, at=now_for(agent.pk)
             )
     intention.refresh_from_db()
     return intention
-
-
-def _lock_dependencies(agent: Agent, ids: Sequence[uuid.UUID]) -> None:
-    """Lock these intentions FOR SHARE: a cancel, expiry or completion of one
-    (FOR NO KEY UPDATE) waits for this transaction, and this one for theirs.
-
-    In the lock order of the cascades (dependents_lock, lock_dependents): an
-    intention before the ones that wait on it. So among `ids` one that another
-    of them (transitively) waits on is locked first; the rest in pk order."""
-    if not ids:
-        return
-    order = sorted(ids)
-    if len(ids) > 1:
-        with connection.cursor() as cursor:
-            # How many of `ids` each one waits on, directly or not: an intention
-            # waits on fewer of them than anything waiting on it.
-            cursor.execute(
-                """
-                WITH RECURSIVE up(start, id) AS (
-                    SELECT d.intention_id, d.depends_on_id
-                    FROM intentions_intentiondependency d WHERE d.intention_id = ANY(%(ids)s)
-                  UNION
-                    SELECT u.start, d.depends_on_id
-                    FROM up u JOIN intentions_intentiondependency d ON d.intention_id = u.id
-                )
-                SELECT start, count(*) FROM up WHERE id = ANY(%(ids)s) GROUP BY start
-                """,
-                {"ids": order},
-            )
-            above = dict(cursor.fetchall())
-        order.sort(key=lambda pk: (above.get(pk, 0), pk))
-    with connection.cursor() as cursor:
-        # Rows are locked as the sort hands them out: in `order`. Django's
-        # select_for_update has no FOR SHARE (two creations may share one).
-        cursor.execute(
-            """
-            SELECT id FROM intentions_intention
-            WHERE agent_id = %s AND id = ANY(%s)
-            ORDER BY array_position(%s::uuid[], id)
-            FOR SHARE
-            """,
-            [agent.pk, order, order],
-        )
-
-
-def _own_intentions(agent: Agent, ids: Sequence[uuid.UUID]) -> list[Intention]:
-    found = {i.pk: i for i in Intention.objects.filter(agent=agent, pk__in=ids)}
-    missing = [str(i) for i in ids if i not in found]
-    if missing:
-        raise Unprocessable(
-            f"dependency {missing[0]} does not exist",
-            code="unknown_intention",
-            details={"dependencies": missing},
-        )
-    return [found[i] for i in ids]
-
-
-def _refuse_ended(dependencies: Sequence[Intention]) -> None:
-    """Waiting on an intention that ended undone would be waiting forever."""
-    ended = [d for d in dependencies if ended_undone(d)]
-    if ended:
-        first = ended[0]
-        how = (
-            f"{ENDED_WITHOUT_SUCCESS} (every occurrence was skipped)"
-            if first.status == IntentionStatus.COMPLETED
-            else f"is {first.status} and was never completed"
-        )
-        raise Unprocessable(
-            f"dependency {first.pk} {how}: this intention could never have every dependency met",
-            code="dependency_ended",
-            details={"dependencies": [str(d.pk) for d in ended]},
-        )
 
 
 def intention_set_dependencies(
@@ -328,7 +257,7 @@ def intention_set_dependencies(
     ids = list(dict.fromkeys(dependencies))
     with transaction.atomic():
         # The new dependencies before the intention: their cascades lock them first too.
-        _lock_dependencies(agent, ids)
+        lock_dependencies(agent, ids)
         locked = _locked(agent, intention.pk)
         if locked.status not in (IntentionStatus.ACTIVE, IntentionStatus.BLOCKED):
             raise Conflict(
@@ -339,9 +268,9 @@ def intention_set_dependencies(
             raise InvalidInput(
                 "a dependency trigger needs dependencies", details={"dependencies": ["required"]}
             )
-        targets = _own_intentions(agent, ids)
-        _refuse_ended(targets)
-        if locked.pk in ids or _reaches(ids, locked.pk):
+        targets = own_dependencies(agent, ids)
+        refuse_ended(targets)
+        if locked.pk in ids or reaches(ids, locked.pk):
             raise Unprocessable(
                 "these dependencies would make a cycle: an intention would wait for itself",
                 code="dependency_cycle",
@@ -351,37 +280,23 @@ def intention_set_dependencies(
         IntentionDependency.objects.bulk_create(
             [IntentionDependency(intention=locked, depends_on=t) for t in targets]
         )
-        _ledger(locked, "intention.dependencies_set", {"dependencies": [str(i) for i in ids]})
+        intention_event(
+            locked,
+            "intention.dependencies_set",
+            {"dependencies": [str(i) for i in ids]},
+            source_type=SourceType.AGENT_INFERENCE,
+        )
         now = now_for(agent.pk)
-        if engine.unmet(targets):
+        if unmet(targets):
             if locked.status == IntentionStatus.ACTIVE:
-                _move(locked, IntentionStatus.BLOCKED, now, "waiting for dependencies")
+                move_locked(locked, IntentionStatus.BLOCKED, now, "waiting for dependencies")
         elif locked.status == IntentionStatus.BLOCKED:
             if locked.trigger_type == TriggerType.DEPENDENCY:
-                engine.fire_safely(intention_id=locked.pk, cause=TriggerType.DEPENDENCY, at=now)
+                fire_safely(intention_id=locked.pk, cause=TriggerType.DEPENDENCY, at=now)
             else:  # nothing left to wait for: its own trigger decides
-                _move(locked, IntentionStatus.ACTIVE, now, "dependencies met")
+                move_locked(locked, IntentionStatus.ACTIVE, now, "dependencies met")
     locked.refresh_from_db()
     return locked
-
-
-def _reaches(starts: Sequence[uuid.UUID], target: uuid.UUID) -> bool:
-    """Does any of `starts` (transitively) depend on `target`?"""
-    if not starts:
-        return False
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            WITH RECURSIVE reach(id) AS (
-                SELECT unnest(%s::uuid[])
-                UNION
-                SELECT d.depends_on_id FROM intentions_intentiondependency d JOIN reach r ON d.intention_id = r.id
-            )
-            SELECT EXISTS (SELECT 1 FROM reach WHERE id = %s)
-            """,
-            [list(starts), target],
-        )
-        return cursor.fetchone()[0]
 
 
 def _locked(agent: Agent, intention_id: uuid.UUID) -> Intention:
@@ -396,48 +311,11 @@ def _locked(agent: Agent, intention_id: uuid.UUID) -> Intention:
     return intention
 
 
-def _move(intention: Intention, to_status: str, at: datetime, reason: str, **fields: Any) -> None:
-    if to_status not in TRANSITIONS[intention.status]:
-        raise Conflict(
-            f"intention is {intention.status}; it cannot become {to_status}",
-            code="invalid_transition",
-            details={"status": intention.status, "to": to_status},
-        )
-    event_type = (
-        "intention.rearmed" if to_status == IntentionStatus.ACTIVE else f"intention.{to_status}"
-    )
-    event = _ledger(
-        intention,
-        event_type,
-        {
-            "from": intention.status,
-            "to": to_status,
-            "reason": reason,
-            "occurrence": intention.occurrence,
-            "at": at.isoformat(),
-            # The columns the move sets besides the status (a rebuild sets them too).
-            "set": {
-                name: value.isoformat() if isinstance(value, datetime) else value
-                for name, value in fields.items()
-            },
-        },
-    )
-    engine.record_transition(intention, to_status, at=at, reason=reason, event=event)
-    changed = Intention.objects.filter(pk=intention.pk, status=intention.status).update(
-        status=to_status, updated_at=event.recorded_at, **fields
-    )
-    if not changed:  # cannot happen under the row lock; guard anyway
-        raise Conflict("intention changed concurrently; retry", code="concurrent_change")
-    intention.status = to_status
-    for name, value in fields.items():
-        setattr(intention, name, value)
-
-
 def intention_start(*, agent: Agent, intention_id: uuid.UUID) -> Intention:
     """The agent starts on a due intention."""
     with transaction.atomic():
         intention = _locked(agent, intention_id)
-        _move(intention, IntentionStatus.EXECUTING, now_for(agent.pk), "started")
+        move_locked(intention, IntentionStatus.EXECUTING, now_for(agent.pk), "started")
     return intention
 
 
@@ -485,8 +363,8 @@ def _finish(
     with transaction.atomic():
         intention = _locked(agent, intention_id)
         # Lock order: intention rows, then the ledger's chain head (the first
-        # _move takes it). Dependents are locked now, not when released.
-        engine.lock_dependents(intention)
+        # move_locked takes it). Dependents are locked now, not when released.
+        lock_dependents_to_release(intention)
         if skipped and not intention.rrule:
             raise Conflict(
                 "only a recurring intention can skip an occurrence; cancel a one-shot",
@@ -512,10 +390,10 @@ def _finish(
             if intention.expires_at is not None and following is not None:
                 following = following if following < intention.expires_at else None
         # A last occurrence skipped: if none was ever done, nothing waiting on
-        # the series can run (dependents_lock finds nothing if one was).
-        doomed = dependents_lock(intention) if skipped and following is None else []
+        # the series can run (lock_dependents_to_cancel finds nothing if one was).
+        doomed = lock_dependents_to_cancel(intention) if skipped and following is None else []
         now = now_for(agent.pk)
-        _move(
+        move_locked(
             intention,
             IntentionStatus.COMPLETED,
             now,
@@ -523,7 +401,7 @@ def _finish(
             completion_evidence=evidence,
         )
         if following is not None:
-            _move(
+            move_locked(
                 intention,
                 IntentionStatus.ACTIVE,
                 now,
@@ -536,7 +414,7 @@ def _finish(
                 escalation=None,
             )
         if not skipped:
-            engine.release_dependents(intention=intention, at=now)
+            release_dependents(intention=intention, at=now)
         elif doomed:
             dependents_cancel(intention, doomed, at=now, how=ENDED_WITHOUT_SUCCESS)
     intention.refresh_from_db()
@@ -571,7 +449,7 @@ def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Int
         if attempts <= policy.get("max_retries", 0) and intention.trigger_type == TriggerType.TIME:
             backoff = timedelta(seconds=policy.get("backoff_seconds", 60) * 2 ** (attempts - 1))
             # A retry is a new occurrence: it may fire again, exactly once.
-            _move(
+            move_locked(
                 intention,
                 IntentionStatus.ACTIVE,
                 now,
@@ -581,7 +459,7 @@ def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Int
                 attempts=attempts,
             )
         elif intention.status == IntentionStatus.EXECUTING:
-            _move(
+            move_locked(
                 intention,
                 IntentionStatus.DUE,
                 now,
@@ -589,7 +467,7 @@ def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Int
                 attempts=attempts,
             )
         else:
-            event = _ledger(
+            event = intention_event(
                 intention,
                 "intention.failed",
                 {
@@ -598,6 +476,7 @@ def intention_fail(*, agent: Agent, intention_id: uuid.UUID, reason: str) -> Int
                     "attempts": attempts,
                     "at": now.isoformat(),
                 },
+                source_type=SourceType.AGENT_INFERENCE,
             )
             Intention.objects.filter(pk=intention.pk).update(
                 attempts=attempts, updated_at=event.recorded_at
@@ -627,10 +506,11 @@ def intention_set_escalation_policy(
                 code="not_open",
                 details={"status": intention.status},
             )
-        event = _ledger(
+        event = intention_event(
             intention,
             "intention.escalation_policy_set",
             {"escalation_policy": policy, "previous": intention.escalation_policy},
+            source_type=SourceType.AGENT_INFERENCE,
         )
         Intention.objects.filter(pk=intention.pk).update(
             escalation_policy=policy, updated_at=event.recorded_at
@@ -650,9 +530,9 @@ def intention_cancel(*, agent: Agent, intention_id: uuid.UUID, reason: str = "")
         intention = _locked(agent, intention_id)
         if intention.status == IntentionStatus.CANCELLED:
             return intention
-        doomed = dependents_lock(intention)  # before the first ledger write: lock order
+        doomed = lock_dependents_to_cancel(intention)  # before the first ledger write: lock order
         now = now_for(agent.pk)
-        _move(intention, IntentionStatus.CANCELLED, now, reason or "cancelled")
+        move_locked(intention, IntentionStatus.CANCELLED, now, reason or "cancelled")
         dependents_cancel(intention, doomed, at=now)
     return intention
 
@@ -662,204 +542,11 @@ def intention_expire(*, agent: Agent, intention_id: uuid.UUID) -> Intention:
     cancelled with it (dependents_cancel)."""
     with transaction.atomic():
         intention = _locked(agent, intention_id)
-        doomed = dependents_lock(intention)
+        doomed = lock_dependents_to_cancel(intention)
         now = now_for(agent.pk)
-        _move(intention, IntentionStatus.EXPIRED, now, "expired by request")
+        move_locked(intention, IntentionStatus.EXPIRED, now, "expired by request")
         dependents_cancel(intention, doomed, at=now)
     return intention
-
-
-# How a recurring series that ran out on a skip, never done, ended (in reasons).
-ENDED_WITHOUT_SUCCESS = "ended without success"
-
-
-def ended_undone(intention: Intention) -> bool:
-    """Has it ended (cancelled, expired, or a series run out — completed — on a
-    skip) without ever being done? Whatever waits on it never can run.
-    intention_fail never ends one: beyond its retries it stays due."""
-    return intention.status in TERMINAL and engine.unmet([intention])
-
-
-def dependents_lock(intention: Intention) -> list[Intention]:
-    """Lock, in pk order, every blocked intention that waits — directly or
-    through other blocked ones — on `intention`, should it end undone; return
-    them. Call it with `intention` locked and before the first ledger write:
-    the lock order everywhere is intention rows (this one, then its dependents
-    in pk order, as lock_dependents), then the ledger's chain head.
-
-    An intention that has ever been done (a recurring one completed, not
-    skipped, at least once) releases its dependents when it is completed and
-    dooms none when it ends: nothing is locked for it."""
-    ids = _waiting_on(intention)
-    if not ids:
-        return []
-    return list(
-        Intention.objects.select_for_update(of=("self",), no_key=True)
-        .select_related("agent")
-        .filter(agent_id=intention.agent_id, pk__in=ids, status=IntentionStatus.BLOCKED)
-        .order_by("pk")
-    )
-
-
-def _waiting_on(intention: Intention) -> list[uuid.UUID]:
-    """dependents_lock's candidates, unlocked: the blocked intentions that wait
-    on `intention` directly, or through blocked ones never done."""
-    if not engine.unmet([intention]):
-        return []
-    with connection.cursor() as cursor:
-        # Candidates only: dependents_cancel re-walks the links under the locks.
-        cursor.execute(
-            """
-            WITH RECURSIVE waiting(id) AS (
-                SELECT d.intention_id
-                FROM intentions_intentiondependency d
-                JOIN intentions_intention i ON i.id = d.intention_id
-                WHERE d.depends_on_id = %(root)s AND i.agent_id = %(agent)s
-                  AND i.status = 'blocked'
-              UNION
-                SELECT d.intention_id
-                FROM waiting w
-                JOIN intentions_intentiondependency d ON d.depends_on_id = w.id
-                JOIN intentions_intention i ON i.id = d.intention_id
-                WHERE i.agent_id = %(agent)s AND i.status = 'blocked'
-                  AND NOT EXISTS (
-                      SELECT 1 FROM intentions_transition t
-                      WHERE t.intention_id = w.id AND t.to_status = 'completed'
-                        AND t.reason <> 'skipped'
-                  )
-            )
-            SELECT id FROM waiting
-            """,
-            {"root": intention.pk, "agent": intention.agent_id},
-        )
-        return [row[0] for row in cursor.fetchall()]
-
-
-def dependents_cancel(
-    intention: Intention, locked: Sequence[Intention], *, at: datetime, how: str = ""
-) -> list[tuple[Intention, str]]:
-    """`intention` has just ended undone (cancelled, expired, or a series run
-    out on a skip: ended_undone). Cancel each of the `locked`
-    (dependents_lock) that waits on it, or on one cancelled here, and is still
-    blocked: it could never have every dependency met. Each gets the
-    transition and `intention.cancelled` event of any cancel, with the reason
-    "dependency <id> <how>" naming the dependency that doomed it — `how` is
-    its status unless given ("ended without success"). Returns those
-    cancelled, with their reasons, in the order cancelled.
-
-    Dependents that are not blocked (fired, executing, finished) are left
-    alone, as are blocked ones whose chain to `intention` passes through an
-    intention that was ever done. Another agent's intentions are never
-    touched (dependencies are the agent's own)."""
-    doomed = _doomed(intention, locked, how=how or intention.status)
-    for dependent, reason in doomed:
-        _move(dependent, IntentionStatus.CANCELLED, at, reason)
-    return doomed
-
-
-def _doomed(
-    intention: Intention, candidates: Sequence[Intention], *, how: str
-) -> list[tuple[Intention, str]]:
-    """Which of `candidates` dependents_cancel cancels once `intention` ended
-    `how`, and why, in order: a walk of the links, writing nothing."""
-    if not candidates:
-        return []
-    by_pk = {i.pk: i for i in candidates}
-    waits_on: dict[uuid.UUID, list[Intention]] = {}
-    for dependent_id, dependency_id in (
-        IntentionDependency.objects.filter(intention_id__in=by_pk)
-        .order_by("intention_id")
-        .values_list("intention_id", "depends_on_id")
-    ):
-        waits_on.setdefault(dependency_id, []).append(by_pk[dependent_id])
-    doomed: list[tuple[Intention, str]] = []
-    taken: set[uuid.UUID] = set()
-    ended = [(intention, how)]
-    while ended:
-        dependency, how = ended.pop(0)
-        for dependent in waits_on.get(dependency.pk, ()):
-            if dependent.status != IntentionStatus.BLOCKED or dependent.pk in taken:
-                continue  # doomed here already, through another dependency
-            taken.add(dependent.pk)
-            doomed.append((dependent, f"dependency {dependency.pk} {how}"))
-            if engine.unmet([dependent]):  # never done: its own dependents are doomed too
-                ended.append((dependent, IntentionStatus.CANCELLED))
-    return doomed
-
-
-@dataclass(frozen=True)
-class Swept:
-    intention: Intention
-    reason: str
-
-
-def dependents_sweep(*, agent: Agent | None = None, dry_run: bool = False) -> list[Swept]:
-    """Cancel the blocked intentions still waiting on a dependency that ended
-    undone (ended_undone) — left from before the cascade existed, or missed by
-    it — exactly as the cascade would have: each with its transition, its
-    `intention.cancelled` event and the reason "dependency <id> <how>". With
-    `agent`, only its intentions. Returns them in the order cancelled (per
-    ended dependency, in pk order). Idempotent: a second run finds nothing.
-
-    `dry_run` writes and locks nothing and returns what a run would cancel.
-    Otherwise each ended dependency is one transaction, locking as
-    intention_cancel does (the dependency, its dependents, the chain head)."""
-    swept: list[Swept] = []
-    listed: set[uuid.UUID] = set()
-    for root_id in _ended_with_blocked_dependents(agent):
-        with transaction.atomic():
-            query = Intention.objects.select_related("agent").filter(pk=root_id)
-            if not dry_run:
-                query = query.select_for_update(of=("self",), no_key=True)
-            root = query.first()
-            if root is None or not ended_undone(root):
-                continue
-            how = ENDED_WITHOUT_SUCCESS if root.status == IntentionStatus.COMPLETED else ""
-            if dry_run:
-                candidates = (
-                    Intention.objects.select_related("agent")
-                    .filter(
-                        agent_id=root.agent_id,
-                        pk__in=_waiting_on(root),
-                        status=IntentionStatus.BLOCKED,
-                    )
-                    .order_by("pk")
-                )
-                doomed = _doomed(root, list(candidates), how=how or root.status)
-            else:
-                locked = dependents_lock(root)
-                doomed = dependents_cancel(root, locked, at=now_for(root.agent_id), how=how)
-        for intention, reason in doomed:
-            # A dry run would list one waiting on two ended dependencies twice.
-            if intention.pk not in listed:
-                listed.add(intention.pk)
-                swept.append(Swept(intention, reason))
-    return swept
-
-
-def _ended_with_blocked_dependents(agent: Agent | None) -> list[uuid.UUID]:
-    """Intentions that ended without ever being done, with a blocked intention
-    still waiting on them directly (a chain below it is walked from there)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT DISTINCT r.id
-            FROM intentions_intentiondependency d
-            JOIN intentions_intention w ON w.id = d.intention_id
-            JOIN intentions_intention r ON r.id = d.depends_on_id
-            WHERE w.status = 'blocked' AND w.agent_id = r.agent_id
-              AND (%(agent)s::uuid IS NULL OR r.agent_id = %(agent)s::uuid)
-              AND r.status IN ('completed', 'cancelled', 'expired')
-              AND NOT EXISTS (
-                  SELECT 1 FROM intentions_transition t
-                  WHERE t.intention_id = r.id AND t.to_status = 'completed'
-                    AND t.reason <> 'skipped'
-              )
-            ORDER BY r.id
-            """,
-            {"agent": agent.pk if agent else None},
-        )
-        return [row[0] for row in cursor.fetchall()]
 
 
 def intention_fire(*, agent: Agent, intention_id: uuid.UUID) -> Intention:
@@ -871,7 +558,7 @@ def intention_fire(*, agent: Agent, intention_id: uuid.UUID) -> Intention:
         raise Conflict(
             f"intention is {intention.status}; only an armed one can fire", code="not_armed"
         )
-    engine.fire_safely(
+    fire_safely(
         intention_id=intention.pk,
         occurrence=intention.occurrence,
         cause=TriggerType.MANUAL,

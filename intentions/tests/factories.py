@@ -30,7 +30,7 @@ from intentions.models import (
     TriggerType,
     WorkingState,
 )
-from intentions.services import engine
+from intentions.services import engine, firing
 from intentions.services.lifecycle import (
     IntentionInput,
     intention_cancel,
@@ -127,7 +127,7 @@ def in_status(agent, status: str, *, recurring: bool = False, **fields: Any) -> 
     if status == IntentionStatus.ACTIVE:
         pass
     elif status in (IntentionStatus.DUE, IntentionStatus.EXECUTING):
-        engine.fire(
+        firing.fire(
             intention_id=intention.pk, cause=TriggerType.MANUAL, at=engine.now_for(agent.pk)
         )
         if status == IntentionStatus.EXECUTING:

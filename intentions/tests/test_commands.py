@@ -51,7 +51,7 @@ def without_cascade(monkeypatch, end):
     """End an intention the way it ended before the cascade existed: its
     dependents are left blocked."""
     with monkeypatch.context() as patch:
-        patch.setattr(lifecycle, "dependents_lock", lambda intention: [])
+        patch.setattr(lifecycle, "lock_dependents_to_cancel", lambda intention: [])
         end()
 
 

@@ -34,7 +34,8 @@ from intentions.models import (
     Transition,
     Webhook,
 )
-from intentions.services import engine, outbox
+from intentions.services import dependencies, engine, firing, outbox
+from intentions.services.firing import Fired
 from intentions.services.lifecycle import (
     intention_cancel,
     intention_complete,
@@ -127,7 +128,7 @@ class TestTimeTriggers:
         result = engine.tick(agent=agent)
 
         firing = Firing.objects.get(intention=intention)
-        assert result["time"] == [engine.Fired(intention.pk, 1, firing.pk)]
+        assert result["time"] == [Fired(intention.pk, 1, firing.pk)]
         assert firings(intention) == [(1, "time", T0 + minutes(10))]
         assert (firing.cause_event, firing.event.event_type) == (None, "intention.fired")
         assert firing.event.payload == {
@@ -796,7 +797,7 @@ class TestARecurringDependency:
             with pytest.raises(Unprocessable) as refused:
                 attempt()
             assert (refused.value.code, refused.value.message) == ("dependency_ended", message)
-        assert engine.unmet([Intention.objects.get(pk=daily.pk)]) is True
+        assert dependencies.unmet([Intention.objects.get(pk=daily.pk)]) is True
 
 
 # ----------------------------------------------------------------- exactly once
@@ -806,9 +807,9 @@ class TestExactlyOnce:
     def test_the_same_firing_delivered_twice_fires_once(self, agent, thread):
         intention = IntentionFactory(agent=agent, thread=thread)
 
-        first = engine.fire(intention_id=intention.pk, occurrence=1, cause="manual", at=T0)
+        first = firing.fire(intention_id=intention.pk, occurrence=1, cause="manual", at=T0)
         state = intentions_state()
-        second = engine.fire(intention_id=intention.pk, occurrence=1, cause="manual", at=T0)
+        second = firing.fire(intention_id=intention.pk, occurrence=1, cause="manual", at=T0)
 
         assert first is not None and second is None
         assert intentions_state() == state
@@ -821,7 +822,7 @@ class TestExactlyOnce:
         intention_complete(agent=agent, intention_id=intention.pk)  # now occurrence 2
         at(agent, T0 + DAY)
 
-        late_duplicate = engine.fire(intention_id=intention.pk, occurrence=1, cause="time", at=T0)
+        late_duplicate = firing.fire(intention_id=intention.pk, occurrence=1, cause="time", at=T0)
 
         assert late_duplicate is None
         assert status_of(intention) == IntentionStatus.ACTIVE
@@ -906,7 +907,7 @@ class TestExactlyOnceUnderConcurrency:
             order = due[:]
             random.Random(i).shuffle(order)
             return [
-                engine.fire(intention_id=x.pk, occurrence=1, cause="time", at=timezone.now())
+                firing.fire(intention_id=x.pk, occurrence=1, cause="time", at=timezone.now())
                 for x in order
             ]
 
@@ -1365,8 +1366,8 @@ class TestNoZombies:
 
         engine.tick(agent=agent)
         tasks.engine_cycle()
-        engine.release_dependents(intention=intention, at=T0)
-        assert engine.fire(intention_id=intention.pk, cause="manual", at=T0) is None
+        dependencies.release_dependents(intention=intention, at=T0)
+        assert firing.fire(intention_id=intention.pk, cause="manual", at=T0) is None
         with pytest.raises(Conflict) as refused:
             intention_fire(agent=agent, intention_id=intention.pk)
 
@@ -1381,7 +1382,7 @@ class TestNoZombies:
         for hour in range(1, 6):
             at(agent, T0 + timedelta(hours=hour))
             engine.tick(agent=agent)
-            engine.fire(intention_id=intention.pk, cause="time", at=T0 + timedelta(hours=hour))
+            firing.fire(intention_id=intention.pk, cause="time", at=T0 + timedelta(hours=hour))
 
         assert firings(intention) == [(1, "time", T0)]
 
@@ -1939,9 +1940,9 @@ class TestBatchedTimeScan:
         due = [timed(agent, timezone.now() - timedelta(seconds=n + 1)) for n in range(6)]
 
         def lost_race(*args):
-            raise engine._AlreadyFired
+            raise firing._AlreadyFired
 
-        monkeypatch.setattr(engine, "_fire_time_batch", lost_race)
+        monkeypatch.setattr(firing, "_fire_time_batch", lost_race)
         fired = engine.scan_time()
 
         assert fired_ids(fired) == sorted(i.pk for i in due)
@@ -1954,7 +1955,7 @@ class TestBatchedTimeScan:
         moved = timed(agent, now - timedelta(minutes=1))
         Intention.objects.filter(pk=moved.pk).update(due_at=now + DAY)  # as after the scan's read
 
-        fired = engine.fire_time_batch(
+        fired = firing.fire_time_batch(
             agent_id=agent.pk, intention_ids=[ready.pk, moved.pk], at=now
         )
 

@@ -27,7 +27,7 @@ from intentions.models import (
     Transition,
     TriggerType,
 )
-from intentions.services import engine, intentions_rebuild
+from intentions.services import engine, firing, intentions_rebuild
 from intentions.services.lifecycle import (
     intention_cancel,
     intention_complete,
@@ -172,7 +172,7 @@ def engine_history(agent) -> dict:
     intention_start(agent=agent, intention_id=made["on_event"].pk)
     claim(agent, "web", "status", "down", T0)
     engine.check_states(agent=agent)
-    engine.fire(intention_id=parent.pk, cause=TriggerType.MANUAL, at=T0 + minutes(11))
+    firing.fire(intention_id=parent.pk, cause=TriggerType.MANUAL, at=T0 + minutes(11))
     intention_complete(agent=agent, intention_id=parent.pk)  # child fires
     intention_cancel(agent=agent, intention_id=doomed_parent.pk, reason="no need")
     intention_set_dependencies(

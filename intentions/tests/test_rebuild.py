@@ -21,7 +21,7 @@ from intentions.models import (
     TriggerType,
     WorkingState,
 )
-from intentions.services import engine
+from intentions.services import firing
 from intentions.services.rebuild import rebuild_projection
 from intentions.services.state import (
     handover_start,
@@ -34,6 +34,7 @@ from ledger import projections
 from ledger.models import Event
 from ledger.services import event_append
 from piper.provenance import SourceType
+from piper.tenancy.clock import now_for
 
 pytestmark = pytest.mark.django_db(transaction=False)
 
@@ -80,7 +81,7 @@ def working_history(agent) -> dict:
     open_one = IntentionFactory(agent=agent, thread=main, description="tell Ana")
     IntentionFactory(agent=agent, description="no thread")
     fired = IntentionFactory(agent=agent, thread=main, description="page ops")
-    engine.fire(intention_id=fired.pk, cause=TriggerType.MANUAL, at=engine.now_for(agent.pk))
+    firing.fire(intention_id=fired.pk, cause=TriggerType.MANUAL, at=now_for(agent.pk))
     at(agent, T0 + minutes(5))
     handover_start(agent=agent, thread=main, to_session="s2", note="shift ends")
     thread_resume(agent=agent, thread=main, session_id="s2")

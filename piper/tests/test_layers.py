@@ -1,10 +1,12 @@
-"""The apps depend downward only (DESIGN §2): the import-linter contract in
-pyproject.toml holds, and it is not vacuous (the same layers upside down break)."""
+"""The apps depend downward only (DESIGN §2) and the intentions services have
+no loops: the import-linter contracts in pyproject.toml hold, and they are not
+vacuous (the same layers upside down break)."""
 
 import os
 import tomllib
 from pathlib import Path
 
+import pytest
 from importlinter.cli import lint_imports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,16 +25,19 @@ def test_no_app_imports_an_app_above_it():
     assert _lint(ROOT / "pyproject.toml") == 0
 
 
-def test_the_contract_sees_the_imports_it_checks(tmp_path):
-    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    [contract] = settings["contracts"]
+CONTRACTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+
+
+@pytest.mark.parametrize("contract", CONTRACTS["contracts"], ids=lambda c: c["name"])
+def test_the_contract_sees_the_imports_it_checks(tmp_path, contract):
     upside_down = tmp_path / "upside_down.ini"
     upside_down.write_text(
         "[importlinter]\nroot_packages =\n"
-        + "".join(f"    {p}\n" for p in settings["root_packages"])
+        + "".join(f"    {p}\n" for p in CONTRACTS["root_packages"])
         + "\n[importlinter:contract:upside_down]\nname = upside down\ntype = layers\n"
         + "exhaustive = false\nignore_imports =\n"
         + "".join(f"    {i}\n" for i in contract["ignore_imports"])
+        + "".join(f"containers =\n    {c}\n" for c in contract.get("containers", []))
         + "layers =\n"
         + "".join(f"    {' '.join(layer.split())}\n" for layer in reversed(contract["layers"]))
     )

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from intentions.services.lifecycle import dependents_sweep
+from intentions.services.dependencies import dependents_sweep
 from piper.tenancy.commands import agent_named
 
 
