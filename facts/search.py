@@ -21,11 +21,6 @@ from django.db import connection, transaction
 from piper.errors import InvalidInput
 from piper.tenancy.models import Agent
 
-# recall/ imports the rendering and the refresh from here as well.
-from .fact_texts import fact_texts_refresh as fact_texts_refresh
-from .fact_texts import humanize as humanize
-from .fact_texts import render as render
-from .fact_texts import render_value as render_value
 from .fact_texts import vector_literal
 from .models import Entity, FactText
 

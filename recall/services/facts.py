@@ -23,7 +23,7 @@ CANDIDATE_PAIRS = 20  # pairs the fact texts propose before the question's words
 
 
 def fact_text(fact) -> str:
-    from facts.search import render, render_value
+    from facts.fact_texts import render, render_value
 
     value = fact.object_entity.name if fact.object_entity_id else render_value(fact.object_value)
     return render(predicate=fact.predicate.name, subject=fact.subject.name, values=[value])

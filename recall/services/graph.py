@@ -13,7 +13,7 @@ PATH_NAMESPACE = uuid.UUID("6f1d3c1e-5b7a-4f0e-9c43-2f6a1d0b8e57")
 
 
 def _path_evidence(path, score: float, now: datetime) -> Evidence:
-    from facts.search import humanize
+    from facts.fact_texts import humanize
 
     steps = [path.entities[0].name]
     for fact, entity in zip(path.facts, path.entities[1:], strict=True):

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
-from facts.search import fact_texts_refresh
+from facts.fact_texts import fact_texts_refresh
 from facts.tests.factories import at, by, claim
 from intentions.models import IntentionStatus, TriggerType
 from intentions.tests.factories import in_status

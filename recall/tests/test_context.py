@@ -14,7 +14,7 @@ import pytest
 
 from conftest import make_client
 from episodes.services import EpisodeDraft, episodes_embed, episodes_record
-from facts.search import fact_texts_refresh
+from facts.fact_texts import fact_texts_refresh
 from intentions.models import IntentionStatus, TriggerType
 from intentions.services.engine import clock_set
 from intentions.services.state import thread_get_or_create, working_state_write

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from battery.suites.metamemory import paraphrase
-from facts.search import fact_texts_refresh
+from facts.fact_texts import fact_texts_refresh
 from facts.services import predicate_define
 from facts.tests.factories import at, claim
 from piper.tenancy.tests.factories import AgentFactory

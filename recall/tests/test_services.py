@@ -88,7 +88,7 @@ class TestCurrentFact:
         assert event.payload["value"] == "Tuesday 14:00"
 
     def test_an_instruction_like_value_says_so(self, agent):
-        from facts.search import fact_texts_refresh
+        from facts.fact_texts import fact_texts_refresh
 
         from .helpers import US
 
@@ -116,7 +116,7 @@ class TestCurrentFact:
     def test_nothing_current_abstains(self, agent):
         fact = claim(agent, "Alice", "city", "Berlin", at(2024)).fact
         fact_retract(agent=agent, fact_id=fact.pk, reason="wrong Alice")
-        from facts.search import fact_texts_refresh
+        from facts.fact_texts import fact_texts_refresh
 
         fact_texts_refresh(agent_id=agent.pk, embed="now")
         result = recall(agent=agent, query="Which city does Alice live in now?")
@@ -128,7 +128,7 @@ class TestCurrentFact:
         assert RetrievalTrace.objects.get(pk=result.trace.pk).abstained is True
 
     def test_a_value_that_ended_is_only_a_superseded_near_miss(self, agent):
-        from facts.search import fact_texts_refresh
+        from facts.fact_texts import fact_texts_refresh
 
         claim(agent, "Alice", "city", "Paris", at(2020), at(2023))
         fact_texts_refresh(agent_id=agent.pk, embed="now")
