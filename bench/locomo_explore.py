@@ -283,9 +283,9 @@ def main() -> None:
     parser.add_argument(
         "--variant",
         default="",
-        help="with --product, prototypes patched over episodes.retrieval: "
-        "'names' (actor names out of the query vector), 'ctx:T:V:C' (session "
-        "neighbours brought in, text/vector/coverage spread by T/V/C), comma-separated",
+        help="with --product, prototypes patched over episodes.retrieval: 'ctx:T:V:C' "
+        "(session neighbours brought in, text/vector/coverage spread by T/V/C), "
+        "'session:B', 'set:NAME=VALUE', comma-separated",
     )
     parser.add_argument("--conversations", type=int, default=None)
     args = parser.parse_args()
@@ -384,27 +384,13 @@ def patch_variants(variant: str) -> None:
     from django.db import connection
 
     from bench._harness import retrieval_modules
-    from episodes import retrieval
     from episodes.models import Episode
     from episodes.retrieval import fusion, search
-    from episodes.retrieval.query_analysis import dense_query_text
     from episodes.retrieval.session_context import session_neighbours, spread, symmetric
 
     for part in filter(None, variant.split(",")):
         name, *nums = part.split(":")
-        if name == "names":
-            original_search = retrieval.episode_search
-
-            def with_names(*, agent, query, query_embedding=None, _orig=original_search, **kw):
-                if query_embedding is None:
-                    from piper.embeddings import get_embedder
-
-                    text = dense_query_text(agent_id=agent.pk, query=query)
-                    query_embedding = get_embedder().embed_one(text)
-                return _orig(agent=agent, query=query, query_embedding=query_embedding, **kw)
-
-            retrieval.episode_search = with_names
-        elif name == "ctx":
+        if name == "ctx":
             a_t, a_v, a_c = (float(x) for x in (nums + ["0.5", "0.5", "0.5"])[:3])
             original_fetch = search._fetch
 

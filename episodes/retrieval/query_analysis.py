@@ -5,7 +5,8 @@ so a question that names an actor — "What did Caroline research?" — is, to t
 embedding model, mostly about the name: every episode of that actor looks
 alike to it, and the words that tell them apart weigh little. `dense_query_text`
 removes the names of the agent's own actors (whole words, with a possessive
-"'s") from the text the query vector is computed from. The full-text list still
+"'s") from the text the query vector is computed from; `query_vector` is the
+one place episode search takes its query vector from. The full-text list still
 sees the names (an episode's actor is in its search vector), and filters by
 actor stay the caller's to set.
 
@@ -23,11 +24,16 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.db import connection
 
 from piper import generations
+
+if TYPE_CHECKING:
+    from piper.embeddings import Embedder
 
 ACTOR_CACHE_SECONDS = 60.0
 # More distinct actors than this: the agent's actors are not a handful of
@@ -111,3 +117,20 @@ def analyse_query(*, agent_id: uuid.UUID, query: str) -> QueryAnalysis:
 def dense_query_text(*, agent_id: uuid.UUID, query: str) -> str:
     """The text to embed for `query` in this agent's episode search (see the module doc)."""
     return analyse_query(agent_id=agent_id, query=query).dense_text
+
+
+def query_vector(
+    *,
+    agent_id: uuid.UUID,
+    query: str,
+    embedder: Embedder,
+    whole: Callable[[], list[float]] | None = None,
+) -> list[float]:
+    """The vector this agent's episode search compares with for `query`: the
+    query embedded without the names of the agent's actors. `whole` gives the
+    whole query's vector when the caller has one (called only if needed); it
+    is the answer when the query names none of them."""
+    analysis = analyse_query(agent_id=agent_id, query=query)
+    if whole is not None and not analysis.actors_named:
+        return whole()
+    return embedder.embed_one(analysis.dense_text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
@@ -32,7 +33,11 @@ from .fusion import (
 )
 from .hits import _canonical_hits, _full_rows
 from .plan import _chunk_spec, _episode_spec, _Spec
+from .query_analysis import query_vector
 from .types import MAX_LIMIT, MAX_QUERY_CHARS, Hit, SearchFilters, SearchResult
+
+if TYPE_CHECKING:
+    from piper.embeddings import Embedder
 
 # Each list offers this many candidates per requested hit (at least MIN_CANDIDATES).
 CANDIDATES_PER_HIT = 3
@@ -40,7 +45,18 @@ MIN_CANDIDATES = 30
 MAX_CANDIDATES = 300
 
 
-def _clean_query(query: str) -> str:
+def _checked(
+    *,
+    query: str,
+    limit: int,
+    query_embedding: Sequence[float] | None,
+    filters: SearchFilters | None = None,
+) -> tuple[str, Embedder]:
+    """The query, stripped, and the process embedder, once every input is valid.
+    InvalidInput names the first that is not, in this order: the query, the
+    limit, the filters, the embedding's length."""
+    from piper.embeddings import get_embedder
+
     if not isinstance(query, str) or not query.strip():
         raise InvalidInput("q: the query must not be empty", details={"q": ["required"]})
     if len(query) > MAX_QUERY_CHARS:
@@ -48,14 +64,19 @@ def _clean_query(query: str) -> str:
             f"q: at most {MAX_QUERY_CHARS:,} characters; shorten the query",
             details={"q": [f"{len(query):,} characters sent"]},
         )
-    return query.strip()
-
-
-def _check_limit(limit: int) -> None:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(
             f"limit: must be an integer from 1 to {MAX_LIMIT}", details={"limit": [str(limit)]}
         )
+    if filters is not None:
+        _check_filters(filters)
+    embedder = get_embedder()
+    if query_embedding is not None and len(query_embedding) != embedder.dimension:
+        raise InvalidInput(
+            f"query_embedding: must have {embedder.dimension} numbers",
+            details={"query_embedding": [f"{len(query_embedding)} given"]},
+        )
+    return query.strip(), embedder
 
 
 def _check_filters(filters: SearchFilters) -> None:
@@ -75,31 +96,19 @@ def _check_filters(filters: SearchFilters) -> None:
         )
 
 
-def _check_embedding(query_embedding: Sequence[float] | None, dimension: int) -> None:
-    if query_embedding is not None and len(query_embedding) != dimension:
-        raise InvalidInput(
-            f"query_embedding: must have {dimension} numbers",
-            details={"query_embedding": [f"{len(query_embedding)} given"]},
-        )
-
-
 def _search(
     *,
     spec: _Spec,
     agent: Agent,
     query: str,
-    query_embedding: Sequence[float] | None,
+    vector: Sequence[float],
+    embedder: Embedder,
     entities: Sequence[str],
     limit: int,
     now: datetime | None,
     abstain: bool,
     signals: dict[str, Callable[..., list[_Candidate]]],
 ) -> SearchResult:
-    from piper.embeddings import get_embedder
-
-    embedder = get_embedder()
-    _check_embedding(query_embedding, embedder.dimension)
-    vector = query_embedding if query_embedding is not None else embedder.embed_one(query)
     k = min(max(limit * CANDIDATES_PER_HIT, MIN_CANDIDATES), MAX_CANDIDATES)
     context = spec.kind == "episode" and _uses_session_context()
     fetched = _fetch(spec, agent, query, vector, entities, k, embedder.name, context)
@@ -151,6 +160,7 @@ def episode_search(
     agent: Agent,
     query: str,
     query_embedding: list[float] | None = None,
+    whole_query_embedding: Callable[[], list[float]] | None = None,
     filters: SearchFilters | None = None,
     limit: int = 10,
     now: datetime | None = None,
@@ -159,34 +169,34 @@ def episode_search(
     """This agent's episodes that best answer `query`, best first (see episodes.retrieval).
 
     Filters are hard conditions on every candidate list; `filters.entities`
-    only boosts. The query is embedded with the process embedder — without
-    the names of the agent's actors (query_analysis.dense_query_text)
-    — unless `query_embedding` (from the same model) is given. `now` anchors recency
+    only boosts. The query vector is `query_embedding` (from the process
+    embedder's model) when given; else query_analysis.query_vector's: the
+    query embedded without the names of the agent's actors, or
+    `whole_query_embedding()` (the whole query's vector, which a caller such
+    as recall may already have) when it names none. `now` anchors recency
     (default: the current time). With `abstain`, a result whose best evidence
     is below the threshold has no hits and up to NEAR_MISSES near misses.
     Raises InvalidInput for an empty query or one over MAX_QUERY_CHARS, a limit
-    outside 1..MAX_LIMIT, an unknown outcome, a naive time, or a window that
-    ends before it starts.
+    outside 1..MAX_LIMIT, an unknown outcome, a naive time, a window that
+    ends before it starts, or a query_embedding of another length than the model's.
     """
     from ..services import normalise_entities
 
-    query = _clean_query(query)
-    _check_limit(limit)
     filters = filters or SearchFilters()
-    _check_filters(filters)
+    query, embedder = _checked(
+        query=query, limit=limit, query_embedding=query_embedding, filters=filters
+    )
     generations.current(agent.pk)  # after an erasure, the cached counts and names go
     if query_embedding is None:
-        from piper.embeddings import get_embedder
-
-        from .query_analysis import dense_query_text
-
-        # The agent's actor names weigh on the vector, not on what sets episodes apart.
-        query_embedding = get_embedder().embed_one(dense_query_text(agent_id=agent.pk, query=query))
+        query_embedding = query_vector(
+            agent_id=agent.pk, query=query, embedder=embedder, whole=whole_query_embedding
+        )
     return _search(
         spec=_episode_spec(agent, filters),
         agent=agent,
         query=query,
-        query_embedding=query_embedding,
+        vector=query_embedding,
+        embedder=embedder,
         entities=normalise_entities(filters.entities),
         limit=limit,
         now=now,
@@ -206,14 +216,15 @@ def chunk_search(
 ) -> SearchResult:
     """This agent's source chunks (of one source, with `source_id`) that best
     answer `query`: full text and vector fused as in episode_search, without
-    recency or entities. Same errors and abstention."""
-    query = _clean_query(query)
-    _check_limit(limit)
+    recency or entities; the whole query is embedded unless `query_embedding`
+    is given. Same errors and abstention."""
+    query, embedder = _checked(query=query, limit=limit, query_embedding=query_embedding)
     return _search(
         spec=_chunk_spec(agent, source_id),
         agent=agent,
         query=query,
-        query_embedding=query_embedding,
+        vector=query_embedding if query_embedding is not None else embedder.embed_one(query),
+        embedder=embedder,
         entities=(),
         limit=limit,
         now=None,

@@ -1,4 +1,5 @@
-"""The agent's actor names are left out of the text the query vector is computed from."""
+"""The agent's actor names are left out of the text the query vector is computed from,
+and the query vector is taken in one place (query_vector)."""
 
 from datetime import timedelta
 
@@ -72,3 +73,44 @@ def test_too_many_actors_leaves_the_query_alone(agent_a, monkeypatch):
     for i, actor in enumerate(["Ann", "Bob", "Cy"]):
         record(agent_a, summary="x", actor=actor, occurred_at=T0 + timedelta(minutes=i))
     assert dense_query_text(agent_id=agent_a.pk, query="What did Ann do?") == "What did Ann do?"
+
+
+class _Recording:
+    """An embedder that says which text it was given."""
+
+    def __init__(self):
+        self.texts = []
+
+    def embed_one(self, text):
+        self.texts.append(text)
+        return [float(len(self.texts))]
+
+
+def test_the_query_vector_leaves_the_names_out_and_never_asks_for_the_whole(speakers):
+    embedder, asked = _Recording(), []
+    vector = query_analysis.query_vector(
+        agent_id=speakers.pk,
+        query="Did Mel go camping?",
+        embedder=embedder,
+        whole=lambda: asked.append(True) or [9.0],
+    )
+    assert (vector, embedder.texts, asked) == ([1.0], ["Did go camping?"], [])
+
+
+def test_a_query_naming_no_actor_reuses_the_whole_querys_vector(speakers):
+    embedder = _Recording()
+    vector = query_analysis.query_vector(
+        agent_id=speakers.pk,
+        query="What is the deploy window?",
+        embedder=embedder,
+        whole=lambda: [9.0],
+    )
+    assert (vector, embedder.texts) == ([9.0], [])
+
+
+def test_without_the_whole_querys_vector_the_query_is_embedded(speakers):
+    embedder = _Recording()
+    vector = query_analysis.query_vector(
+        agent_id=speakers.pk, query="What is  the deploy window?", embedder=embedder
+    )
+    assert (vector, embedder.texts) == ([1.0], ["What is the deploy window?"])

@@ -463,6 +463,24 @@ def test_bad_input_is_refused(agent_a, kwargs, message):
     assert len(queries) == 0
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"query": ""}, "q: the query must not be empty"),
+        ({"query": "x" * 2001}, "q: at most 2,000 characters; shorten the query"),
+        ({"limit": 101}, "limit: must be an integer from 1 to 100"),
+        ({"query_embedding": [0.1] * 3}, "query_embedding: must have 384 numbers"),
+    ],
+)
+def test_chunk_search_refuses_the_same_bad_input(agent_a, kwargs, message):
+    kwargs.setdefault("query", "deploy")
+    kwargs.setdefault("query_embedding", topic(1))
+    with CaptureQueriesContext(connection) as queries, pytest.raises(InvalidInput) as error:
+        chunk_search(agent=agent_a, **kwargs)
+    assert error.value.message == message
+    assert len(queries) == 0
+
+
 # -------------------------------------------------------------- mechanics
 
 

@@ -72,17 +72,14 @@ def _named_entities(ask: Ask) -> tuple[str, ...]:
 
 def route_what_happened(ask: Ask) -> Answer:
     from episodes.retrieval import SearchFilters, episode_search
-    from episodes.retrieval.query_analysis import analyse_query
 
     f = ask.filters
-    # Episode search embeds the question without the agent's actor names (they weigh
-    # on the vector, not on what sets episodes apart); the question's own vector is
-    # reused only when it names none.
-    named_actors = bool(analyse_query(agent_id=ask.agent.pk, query=ask.query).actors_named)
     result = episode_search(
         agent=ask.agent,
         query=ask.query,
-        query_embedding=None if named_actors else ask.vector.get(),
+        # The question's own vector, which episode search uses when it names none of
+        # the agent's actors; computed once for every route that needs it.
+        whole_query_embedding=ask.vector.get,
         filters=SearchFilters(
             actor=f.actor,
             environment=f.environment,
