@@ -20,7 +20,7 @@ The parts, in the order a search uses them:
 * `fusion` — the lists, reciprocal rank fusion, session boost, salience,
   authority, and the evidence abstention weighs;
 * `hits` — the shown hits loaded whole, duplicates answered by their canonical;
-* `search` — the entry points;
+* `search` — the entry points and the one check of their inputs;
 * `calibration` — choosing the abstention threshold on a data set.
 
 The per-agent and per-actor HNSW graphs a search may read are built by

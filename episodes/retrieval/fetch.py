@@ -38,8 +38,8 @@ from .stats import (
 )
 from .types import EVIDENCE_METRIC
 
-# 200 rather than 100: the recall margin above 0.95 on clustered data is worth
-# more than the millisecond or less that 100 saves (docs/experiments.md).
+# 200 rather than 100: the recall it keeps on clustered data is worth more than
+# the time 100 saves (docs/experiments.md).
 HNSW_EF_SEARCH = 200
 # A search whose only filter is an actor with a graph of its own reads that graph
 # (episodes.actor_graphs); False leaves the graphs unread, to compare.
@@ -62,7 +62,7 @@ def _prepare(
     is valid, and — with `actor` (agent id, actor) — the table of the actor's
     own graph, if it has one; then sequential scans are off for the
     transaction, since the planner would rather sort a few thousand rows
-    than walk their graph, which is several times faster (docs/experiments.md).
+    than walk their graph, which is faster (docs/experiments.md).
     The '[0]'::vector cast loads pgvector (and defines the hnsw.* settings)
     while the statement is planned."""
     extra, source = "", ""
