@@ -15,19 +15,24 @@ embedding is not there yet is still found by full text.
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
-from django.contrib.postgres.search import SearchVectorField
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
-from pgvector.django import HnswIndex, VectorField
+from pgvector.django import VectorField
 
 from ledger.models import Event, Source
+from piper.embedded_text import (
+    EMBEDDING_DIM,
+    EmbeddedText,
+    embedding_has_model,
+    embedding_hnsw,
+    search_vector_field,
+    unembedded_index,
+)
 from piper.ids import uuid7
 from piper.provenance import Authority, SourceType
 from piper.tenancy.models import Agent
 
-EMBEDDING_DIM = 384  # == settings.PIPER_EMBEDDING_DIM (checked by the embedder)
 # What embedding_text() keeps: MiniLM reads 256 word pieces (~1,200 characters of English).
 EMBEDDING_TEXT_MAX_CHARS = 2000
 
@@ -68,7 +73,7 @@ def _unit_interval(field_name: str, name: str) -> models.CheckConstraint:
     )
 
 
-class Episode(models.Model):
+class Episode(EmbeddedText):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     # No index of its own: every composite index below leads with the agent.
     # With one, the planner took it for each (actor, session) pool of a
@@ -179,14 +184,7 @@ class Episode(models.Model):
         blank=True,
         help_text="The version that corrects this one (status corrected).",
     )
-    search_vector = models.GeneratedField(
-        expression=RawSQL(EPISODE_TSVECTOR_SQL, ()),
-        output_field=SearchVectorField(),
-        db_persist=True,
-    )
-    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
-    embedding_model = models.CharField(max_length=200, blank=True, default="")
-    embedded_at = models.DateTimeField(null=True, blank=True)
+    search_vector = search_vector_field(EPISODE_TSVECTOR_SQL)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -198,10 +196,7 @@ class Episode(models.Model):
             models.CheckConstraint(
                 condition=models.Q(outcome__in=Outcome.values), name="episodes_episode_outcome"
             ),
-            models.CheckConstraint(
-                condition=models.Q(embedding__isnull=True) | ~models.Q(embedding_model=""),
-                name="episodes_episode_embedding_has_model",
-            ),
+            embedding_has_model("episodes_episode_embedding_has_model"),
             models.CheckConstraint(
                 condition=~models.Q(canonical_id=models.F("id")),
                 name="episodes_episode_not_its_own_duplicate",
@@ -277,19 +272,8 @@ class Episode(models.Model):
             # nightly job that fails the same way), and with 16 links a node's
             # neighbours stay inside its cluster of near-copies, and whole clusters
             # become unreachable (docs/benchmarks.md, episodic memory).
-            HnswIndex(
-                name="episodes_embedding_hnsw",
-                fields=["embedding"],
-                m=32,
-                ef_construction=128,
-                opclasses=["vector_cosine_ops"],
-            ),
-            # The embed task's backlog: rows still waiting for a vector.
-            models.Index(
-                fields=["agent", "id"],
-                name="episodes_unembedded_idx",
-                condition=models.Q(embedding__isnull=True),
-            ),
+            embedding_hnsw("episodes_embedding_hnsw", m=32, ef_construction=128),
+            unembedded_index("episodes_unembedded_idx"),
             # A canonical episode's duplicates (few rows have one).
             models.Index(
                 fields=["canonical_id"],
@@ -333,7 +317,7 @@ class Episode(models.Model):
         return text[:EMBEDDING_TEXT_MAX_CHARS]
 
 
-class SourceChunk(models.Model):
+class SourceChunk(EmbeddedText):
     """One passage of a registered document: evidence with its own retrieval."""
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
@@ -350,14 +334,7 @@ class SourceChunk(models.Model):
         help_text="Its text tries to act as an instruction to the model that reads it "
         "(piper.safety, when the document was chunked).",
     )
-    search_vector = models.GeneratedField(
-        expression=RawSQL(CHUNK_TSVECTOR_SQL, ()),
-        output_field=SearchVectorField(),
-        db_persist=True,
-    )
-    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
-    embedding_model = models.CharField(max_length=200, blank=True, default="")
-    embedded_at = models.DateTimeField(null=True, blank=True)
+    search_vector = search_vector_field(CHUNK_TSVECTOR_SQL)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -370,25 +347,12 @@ class SourceChunk(models.Model):
                 condition=models.Q(char_end__gte=models.F("char_start")),
                 name="episodes_chunk_span_ordered",
             ),
-            models.CheckConstraint(
-                condition=models.Q(embedding__isnull=True) | ~models.Q(embedding_model=""),
-                name="episodes_chunk_embedding_has_model",
-            ),
+            embedding_has_model("episodes_chunk_embedding_has_model"),
         ]
         indexes = [
             GinIndex(fields=["search_vector"], name="episodes_chunk_search_gin"),
-            HnswIndex(
-                name="episodes_chunk_embedding_hnsw",
-                fields=["embedding"],
-                m=16,
-                ef_construction=64,
-                opclasses=["vector_cosine_ops"],
-            ),
-            models.Index(
-                fields=["agent", "id"],
-                name="episodes_chunk_unembedded_idx",
-                condition=models.Q(embedding__isnull=True),
-            ),
+            embedding_hnsw("episodes_chunk_embedding_hnsw"),
+            unembedded_index("episodes_chunk_unembedded_idx"),
         ]
 
     def __str__(self) -> str:

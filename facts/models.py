@@ -22,14 +22,18 @@ from django.contrib.postgres.fields import (
     RangeOperators,
 )
 from django.contrib.postgres.indexes import GinIndex, OpClass
-from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import F, Func, Q
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import Lower
-from pgvector.django import HnswIndex, VectorField
 
 from ledger.models import Event
+from piper.embedded_text import (
+    EmbeddedText,
+    embedding_has_model,
+    embedding_hnsw,
+    search_vector_field,
+    unembedded_index,
+)
 from piper.ids import uuid7
 from piper.provenance import Authority
 from piper.tenancy.models import Agent
@@ -418,10 +422,9 @@ class AuthorityPolicy(models.Model):
 # Text search over facts uses the same configuration as episodes (episodes.models).
 FACT_TEXT_SEARCH_CONFIG = "english"
 FACT_TEXT_TSVECTOR_SQL = "to_tsvector('english'::regconfig, coalesce(text, ''))"
-FACT_TEXT_EMBEDDING_DIM = 384  # == settings.PIPER_EMBEDDING_DIM (checked by the embedder)
 
 
-class FactText(models.Model):
+class FactText(EmbeddedText):
     """One (subject, predicate) rendered as words, so a plain question can find it.
 
     "deployment window — team platform: Tuesdays 14:00". A search index, not a
@@ -438,14 +441,7 @@ class FactText(models.Model):
     subject = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="+")
     predicate = models.ForeignKey(Predicate, on_delete=models.CASCADE, related_name="+")
     text = models.TextField(help_text="Predicate, subject (with its names) and current values.")
-    search_vector = models.GeneratedField(
-        expression=RawSQL(FACT_TEXT_TSVECTOR_SQL, ()),
-        output_field=SearchVectorField(),
-        db_persist=True,
-    )
-    embedding = VectorField(dimensions=FACT_TEXT_EMBEDDING_DIM, null=True, blank=True)
-    embedding_model = models.CharField(max_length=200, blank=True, default="")
-    embedded_at = models.DateTimeField(null=True, blank=True)
+    search_vector = search_vector_field(FACT_TEXT_TSVECTOR_SQL)
     rendered_at = models.DateTimeField(help_text="When the text was last rendered.")
 
     class Meta:
@@ -455,26 +451,12 @@ class FactText(models.Model):
             models.UniqueConstraint(
                 fields=["agent", "subject", "predicate"], name="facts_facttext_pair_uniq"
             ),
-            models.CheckConstraint(
-                condition=Q(embedding__isnull=True) | ~Q(embedding_model=""),
-                name="facts_facttext_embedding_has_model",
-            ),
+            embedding_has_model("facts_facttext_embedding_has_model"),
         ]
         indexes = [
             GinIndex(fields=["search_vector"], name="facts_facttext_search_gin"),
-            HnswIndex(
-                name="facts_facttext_embedding_hnsw",
-                fields=["embedding"],
-                m=16,
-                ef_construction=64,
-                opclasses=["vector_cosine_ops"],
-            ),
-            # The embed task's backlog.
-            models.Index(
-                fields=["agent", "id"],
-                name="facts_facttext_unembedded_idx",
-                condition=Q(embedding__isnull=True),
-            ),
+            embedding_hnsw("facts_facttext_embedding_hnsw"),
+            unembedded_index("facts_facttext_unembedded_idx"),
         ]
 
     def __str__(self) -> str:
