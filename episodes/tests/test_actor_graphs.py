@@ -37,10 +37,10 @@ def _no_embedding_tasks(monkeypatch):
     # These tests commit, and a real Celery worker that another test of this
     # process started would embed the rows left without a vector (with the real
     # model) while a test runs. Which vectors exist is the tests' to say here.
-    from episodes import services
+    from episodes.services import queueing
 
-    monkeypatch.setattr(services, "_queue_embedding", lambda *args: None)
-    monkeypatch.setattr(services, "_queue_backlog", lambda *args: None)
+    monkeypatch.setattr(queueing, "queue_embedding", lambda *args: None)
+    monkeypatch.setattr(queueing, "queue_backlog", lambda *args: None)
 
 
 @pytest.fixture
