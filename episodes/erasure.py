@@ -21,6 +21,7 @@ from django.db.models.expressions import RawSQL
 
 from ledger.erasure import ErasureScope, finding
 from ledger.models import Event, Source
+from piper.embedded_text import vector_literal
 from piper.lookups import uuid_array
 from piper.tenancy.models import Agent
 
@@ -281,7 +282,7 @@ def _same_vectors(agent: Agent, table: str, vectors: list[list[float]]) -> list[
     nearest neighbours through the vector index, kept when at distance ~0."""
     if not vectors:
         return []
-    literals = ["[" + ",".join(repr(x) for x in vector) + "]" for vector in vectors]
+    literals = [vector_literal(vector) for vector in vectors]
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT DISTINCT near.id FROM unnest(%s::text[]) AS probe(v), LATERAL ("

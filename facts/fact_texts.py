@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from ledger.models import Event
 from piper.canonical import canonical_json
+from piper.embedded_text import embeddings_store
 from piper.locks import advisory_xact_locks
 
 from . import projection as p
@@ -321,29 +322,15 @@ def fact_texts_embed(*, ids: Sequence[uuid.UUID | str]) -> int:
     embedder = get_embedder()
     stored = 0
     for at in range(0, len(rows), EMBED_BATCH):
-        batch = rows[at : at + EMBED_BATCH]
-        vectors = embedder.embed([text for _, text in batch])
-        with connection.cursor() as cursor:
-            cursor.execute(
-                """
-                UPDATE facts_facttext AS t
-                   SET embedding = v.embedding::vector, embedding_model = %s, embedded_at = now()
-                  FROM unnest(%s::uuid[], %s::text[], %s::text[]) AS v(id, text, embedding)
-                 WHERE t.id = v.id AND t.text = v.text AND t.embedding IS NULL
-                """,
-                [
-                    embedder.name,
-                    [i for i, _ in batch],
-                    [text for _, text in batch],
-                    [vector_literal(vec) for vec in vectors],
-                ],
-            )
-            stored += cursor.rowcount
+        texts = dict(rows[at : at + EMBED_BATCH])
+        vectors = embedder.embed(list(texts.values()))
+        stored += embeddings_store(
+            FactText,
+            vectors=dict(zip(texts, vectors, strict=True)),
+            model=embedder.name,
+            texts=texts,
+        )
     return stored
-
-
-def vector_literal(vector: Sequence[float]) -> str:
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 # ------------------------------------------------------------------ the backlog sweep

@@ -18,10 +18,10 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from piper.embedded_text import vector_literal
 from piper.errors import InvalidInput
 from piper.tenancy.models import Agent
 
-from .fact_texts import vector_literal
 from .models import Entity, FactText
 
 MAX_QUERY_CHARS = 2000
