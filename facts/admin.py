@@ -9,8 +9,6 @@ what can never break data (volatility, description), through
 
 from __future__ import annotations
 
-import json
-
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -19,6 +17,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
+from piper.admin_display import compact_json
 from piper.errors import InvalidInput, PiperError
 from piper.provenance import SourceType
 
@@ -53,7 +52,7 @@ def _fact_url(fact_id) -> str:
 def _object_text(fact: Fact) -> str:
     if fact.object_entity_id is not None:
         return f"→ {fact.object_entity.name}"
-    return json.dumps(fact.object_value, ensure_ascii=False)
+    return compact_json(fact.object_value)
 
 
 # ------------------------------------------------------------------------ entities

@@ -15,12 +15,19 @@ ROW_HEIGHT = 26
 BAR_HEIGHT = 18
 
 
+def preformatted(text: str) -> str:
+    """Text as a wrapped <pre> block for a read-only field; "-" when empty."""
+    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text or "-")
+
+
 def pretty_json(value) -> str:
     """A JSON value as an indented, wrapped <pre> block (keys sorted) for a read-only field."""
-    return format_html(
-        '<pre style="white-space: pre-wrap; margin: 0">{}</pre>',
-        json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True),
-    )
+    return preformatted(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True))
+
+
+def compact_json(value) -> str:
+    """A JSON value on one line, as stored (non-ASCII kept), for list columns and links."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def bar_chart(rows: list[dict[str, Any]], *, maximum: float) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from piper.admin_display import pretty_json
+from piper.admin_display import preformatted, pretty_json
 from piper.errors import PiperError
 
 from . import selectors
@@ -38,10 +38,6 @@ def _link(url_name: str, pk, text=None) -> str:
     if pk is None:
         return "-"
     return format_html('<a href="{}">{}</a>', reverse(url_name, args=[pk]), text or pk)
-
-
-def _code(text: str) -> str:
-    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text or "-")
 
 
 def _rate(successes: int, total: int) -> str:
@@ -239,15 +235,15 @@ class SkillVersionAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="procedure")
     def procedure_code(self, version):
-        return _code(version.procedure)
+        return preformatted(version.procedure)
 
     @admin.display(description="validator")
     def validator_code(self, version):
-        return _code(version.validator)
+        return preformatted(version.validator)
 
     @admin.display(description="rollback")
     def rollback_code(self, version):
-        return _code(version.rollback)
+        return preformatted(version.rollback)
 
     @admin.display(description="examples")
     def examples_json(self, version):
@@ -319,15 +315,15 @@ class ValidationCaseInline(ReadOnlyMixin, admin.StackedInline):
 
     @admin.display(description="error")
     def error_text(self, case):
-        return _code(case.error)
+        return preformatted(case.error)
 
     @admin.display(description="stdout")
     def stdout_text(self, case):
-        return _code(case.stdout)
+        return preformatted(case.stdout)
 
     @admin.display(description="stderr")
     def stderr_text(self, case):
-        return _code(case.stderr)
+        return preformatted(case.stderr)
 
 
 @admin.register(Validation)
@@ -445,15 +441,15 @@ class ExecutionAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="error")
     def error_text(self, execution):
-        return _code(execution.error)
+        return preformatted(execution.error)
 
     @admin.display(description="stdout")
     def stdout_text(self, execution):
-        return _code(execution.stdout)
+        return preformatted(execution.stdout)
 
     @admin.display(description="stderr")
     def stderr_text(self, execution):
-        return _code(execution.stderr)
+        return preformatted(execution.stderr)
 
 
 @admin.register(SkillTrace)
