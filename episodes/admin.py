@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from ledger.admin import ReadOnlyAdmin
+from piper.admin_display import EmbeddedFilter
 
 from .agent_graphs import agent_graphs
 from .models import AbstentionCalibration, ActorGraph, Episode, SourceChunk
@@ -22,21 +23,6 @@ from .tasks import build_agent_graphs
 # over every episode of every agent would make each page load a full scan.
 RECENT_VALUES_SCAN = 5000
 MAX_FILTER_CHOICES = 50
-
-
-class EmbeddedFilter(admin.SimpleListFilter):
-    title = "embedded"
-    parameter_name = "embedded"
-
-    def lookups(self, request, model_admin):
-        return [("yes", "Yes"), ("no", "No: waiting for its vector")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "yes":
-            return queryset.filter(embedding__isnull=False)
-        if self.value() == "no":
-            return queryset.filter(embedding__isnull=True)
-        return queryset
 
 
 class RecentValuesFilter(admin.SimpleListFilter):

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
-from piper.admin_display import compact_json
+from piper.admin_display import EmbeddedFilter, compact_json
 from piper.errors import InvalidInput, PiperError
 from piper.provenance import SourceType
 
@@ -390,19 +390,6 @@ class AuthorityPolicyAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description="precedence (most trusted first)")
     def precedence(self, policy: AuthorityPolicy) -> str:
         return " > ".join(policy.order)
-
-
-class EmbeddedFilter(admin.SimpleListFilter):
-    title = "embedding"
-    parameter_name = "embedded"
-
-    def lookups(self, request, model_admin):
-        return [("yes", "embedded"), ("no", "waiting for its embedding")]
-
-    def queryset(self, request, queryset):
-        if self.value() in ("yes", "no"):
-            return queryset.filter(embedding__isnull=self.value() == "no")
-        return queryset
 
 
 @admin.register(FactText)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.contrib import admin
 from django.utils.html import format_html
 
 # Horizontal bar charts drawn as inline SVG (templates/admin/bar_chart.html):
@@ -28,6 +29,21 @@ def pretty_json(value) -> str:
 def compact_json(value) -> str:
     """A JSON value on one line, as stored (non-ASCII kept), for list columns and links."""
     return json.dumps(value, ensure_ascii=False)
+
+
+class EmbeddedFilter(admin.SimpleListFilter):
+    """Rows of an embedded-text model (piper.embedded_text) with a vector, or still without."""
+
+    title = "embedded"
+    parameter_name = "embedded"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Yes"), ("no", "No: waiting for its vector")]
+
+    def queryset(self, request, queryset):
+        if self.value() in ("yes", "no"):
+            return queryset.filter(embedding__isnull=self.value() == "no")
+        return queryset
 
 
 def bar_chart(rows: list[dict[str, Any]], *, maximum: float) -> dict[str, Any]:
