@@ -1,4 +1,4 @@
-"""The apps depend downward only (DESIGN §2) and the intentions services have
+"""The apps depend downward only (DESIGN §2) and the services packages have
 no loops: the import-linter contracts in pyproject.toml hold, and they are not
 vacuous (the same layers upside down break)."""
 
@@ -36,7 +36,7 @@ def test_the_contract_sees_the_imports_it_checks(tmp_path, contract):
         + "".join(f"    {p}\n" for p in CONTRACTS["root_packages"])
         + "\n[importlinter:contract:upside_down]\nname = upside down\ntype = layers\n"
         + "exhaustive = false\nignore_imports =\n"
-        + "".join(f"    {i}\n" for i in contract["ignore_imports"])
+        + "".join(f"    {i}\n" for i in contract.get("ignore_imports", []))
         + "".join(f"containers =\n    {c}\n" for c in contract.get("containers", []))
         + "layers =\n"
         + "".join(f"    {' '.join(layer.split())}\n" for layer in reversed(contract["layers"]))
