@@ -832,8 +832,8 @@ def run_resume(args, population: Population) -> dict:
     from django.db import connection
 
     from intentions.models import Intention
-    from intentions.serializers import ResumeOutputSerializer as Out
     from intentions.services.state import thread_resume
+    from intentions.thread_serializers import ResumeOutputSerializer as Out
     from piper.tenancy.services import api_key_create
 
     agent, thread = population.agents[0], population.big_thread

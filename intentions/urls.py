@@ -1,30 +1,36 @@
 from django.urls import path
 
-from . import apis
+from . import apis, thread_apis
 
 urlpatterns = [
-    path("threads", apis.ThreadListApi.as_view(), name="threads"),
-    path("threads/<uuid:thread_id>", apis.ThreadDetailApi.as_view(), name="thread-detail"),
-    path("threads/<uuid:thread_id>/state", apis.ThreadStateApi.as_view(), name="thread-state"),
+    path("threads", thread_apis.ThreadListApi.as_view(), name="threads"),
+    path("threads/<uuid:thread_id>", thread_apis.ThreadDetailApi.as_view(), name="thread-detail"),
+    path(
+        "threads/<uuid:thread_id>/state", thread_apis.ThreadStateApi.as_view(), name="thread-state"
+    ),
     path(
         "threads/<uuid:thread_id>/versions",
-        apis.ThreadVersionsApi.as_view(),
+        thread_apis.ThreadVersionsApi.as_view(),
         name="thread-versions",
     ),
     path(
         "threads/<uuid:thread_id>/handover",
-        apis.ThreadHandoverApi.as_view(),
+        thread_apis.ThreadHandoverApi.as_view(),
         name="thread-handover",
     ),
-    path("threads/<uuid:thread_id>/resume", apis.ThreadResumeApi.as_view(), name="thread-resume"),
+    path(
+        "threads/<uuid:thread_id>/resume",
+        thread_apis.ThreadResumeApi.as_view(),
+        name="thread-resume",
+    ),
     path(
         "threads/<uuid:thread_id>/acknowledge",
-        apis.ThreadAcknowledgeApi.as_view(),
+        thread_apis.ThreadAcknowledgeApi.as_view(),
         name="thread-acknowledge",
     ),
     path(
         "threads/<uuid:thread_id>/pending/clear",
-        apis.PendingClearApi.as_view(),
+        thread_apis.PendingClearApi.as_view(),
         name="thread-pending-clear",
     ),
     path("intentions", apis.IntentionListApi.as_view(), name="intentions"),
