@@ -117,19 +117,29 @@ def _quoted(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+# The HNSW candidate list of a fact-text search, at least the rows it asks for.
+FACT_TEXT_EF_SEARCH = 100
+
+
 def _vector_ranked(
     agent: Agent, embedding: Sequence[float], limit: int
 ) -> list[tuple[uuid.UUID, uuid.UUID, float]]:
     vector = vector_literal(embedding)
     with transaction.atomic(), connection.cursor() as cursor:
         # An HNSW scan filtered to one agent can stop short of `limit` rows;
-        # pgvector 0.8's iterative scan keeps reading until it has them. For this
+        # pgvector 0.8's iterative scan keeps reading until it has them. A list
+        # as long as the rows asked for lets one pass find them: with the default
+        # 40, each search for 80 restarted the scan, at up to 10x the time, and
+        # found fewer of the true nearest (docs/experiments.md). For this
         # statement only: the caller's transaction may go on.
         cursor.execute(
-            "SELECT current_setting('hnsw.iterative_scan', true),"
-            " set_config('hnsw.iterative_scan', 'strict_order', true)"
+            "SELECT '[0]'::vector IS NOT NULL,"
+            " current_setting('hnsw.iterative_scan', true), current_setting('hnsw.ef_search', true),"
+            " set_config('hnsw.iterative_scan', 'strict_order', true),"
+            " set_config('hnsw.ef_search', %s, true)",
+            [str(max(FACT_TEXT_EF_SEARCH, limit))],
         )
-        previous = cursor.fetchone()[0] or "off"
+        _, scan, ef_search, _, _ = cursor.fetchone()
         try:
             cursor.execute(
                 """
@@ -143,7 +153,11 @@ def _vector_ranked(
             )
             rows = [(row[0], row[1], float(row[2])) for row in cursor.fetchall()]
         finally:
-            cursor.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", [previous])
+            cursor.execute(
+                "SELECT set_config('hnsw.iterative_scan', %s, true),"
+                " set_config('hnsw.ef_search', %s, true)",
+                [scan or "off", ef_search or "40"],
+            )
     return rows
 
 
