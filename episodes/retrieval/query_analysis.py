@@ -85,11 +85,36 @@ def forget_agent(agent_id: uuid.UUID) -> None:
         _actor_cache.pop(agent_id, None)
 
 
+# A first word that is an article or a possessive is no one's name ("the
+# on-call engineer" would otherwise be named by every "the").
+NOT_A_NAME = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "this",
+        "that",
+        "these",
+        "those",
+        "my",
+        "our",
+        "your",
+        "his",
+        "her",
+        "its",
+        "their",
+        "some",
+        "any",
+    ]
+)
+
+
 def _name_forms(actor: str) -> list[str]:
-    """ "Caroline Smith" -> ["Caroline Smith", "Caroline"]: the full name and its first word."""
+    """ "Caroline Smith" -> ["Caroline Smith", "Caroline"]: the full name and its
+    first word, unless that word is a determiner ("the on-call engineer")."""
     words = actor.split()
     forms = [" ".join(words)]
-    if len(words) > 1:
+    if len(words) > 1 and words[0].lower() not in NOT_A_NAME:
         forms.append(words[0])
     return [f for f in forms if len(f) >= MIN_NAME_CHARS and re.search(r"[^\W\d_]", f)]
 

@@ -53,6 +53,15 @@ def test_names_of_the_agents_actors_are_left_out(speakers, query, dense, named):
     assert dense_query_text(agent_id=speakers.pk, query=query) == dense
 
 
+def test_an_actor_named_by_a_role_is_named_by_the_role_not_its_article(agent_a):
+    record(agent_a, summary="x", actor="the on-call engineer", occurred_at=T0)
+    purge = "We need to purge the CDN edge cache before the weekend"
+    analysis = analyse_query(agent_id=agent_a.pk, query=purge)
+    assert (analysis.dense_text, analysis.actors_named) == (purge, ())
+    paged = analyse_query(agent_id=agent_a.pk, query="Who paged the on-call engineer?")
+    assert (paged.dense_text, paged.actors_named) == ("Who paged ?", ("the on-call engineer",))
+
+
 def test_another_agents_actors_are_not_names_here(speakers):
     other = agent_create(name="agent-other")
     record(other, summary="x", actor="Zed", occurred_at=T0)
