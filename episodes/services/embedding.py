@@ -4,22 +4,12 @@ them in batches after commit; until then a row is found by full text."""
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
-from django.db import connection
+from piper.embedded_text import embeddings_store
 
-from ..models import EMBEDDING_DIM, Episode, EpisodeStatus, SourceChunk
-
-
-def _vector_literal(vector: Sequence[float], key: Any) -> str:
-    if len(vector) != EMBEDDING_DIM:
-        raise ValueError(f"embedding of {key} has {len(vector)} numbers, expected {EMBEDDING_DIM}")
-    if not all(math.isfinite(x) for x in vector):
-        raise ValueError(f"embedding of {key} holds a non-finite number")
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+from ..models import Episode, EpisodeStatus, SourceChunk
 
 
 def _embeddings_store(
@@ -29,31 +19,15 @@ def _embeddings_store(
     model: str,
     replace_stale: bool,
 ) -> int:
-    if not model:
-        raise ValueError("an embedding needs the name of the model that made it")
-    if not vectors:
-        return 0
-    ids = [str(k) for k in vectors]
-    literals = [_vector_literal(v, k) for k, v in vectors.items()]
-    # Compare-and-set in one statement: only rows still without a vector (or, when
-    # replacing stale ones, with another model's) are written.
-    condition = "t.embedding IS NULL"
-    params: list[Any] = [model, ids, literals]
-    if replace_stale:
-        condition += " OR t.embedding_model <> %s"
-        params.append(model)
-    if model_class is Episode:
-        # A version withdrawn while its vector was computed gets none.
-        condition = f"({condition}) AND t.status = '{EpisodeStatus.ACTIVE}'"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {model_class._meta.db_table} AS t "
-            "SET embedding = v.embedding::vector, embedding_model = %s, embedded_at = now() "
-            "FROM unnest(%s::uuid[], %s::text[]) AS v(id, embedding) "
-            f"WHERE t.id = v.id AND ({condition})",
-            params,
-        )
-        return cursor.rowcount
+    # A version withdrawn while its vector was computed gets none.
+    only_where = f"t.status = '{EpisodeStatus.ACTIVE}'" if model_class is Episode else ""
+    return embeddings_store(
+        model_class,
+        vectors=vectors,
+        model=model,
+        replace_stale=replace_stale,
+        only_where=only_where,
+    )
 
 
 def episode_embeddings_store(
