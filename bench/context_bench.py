@@ -248,6 +248,11 @@ def measure_context(agent, thread, args) -> dict:
 
     for task in tasks(20):  # warm: the embedder, the tokenizer, prepared statements
         context(task), recall(task)
+    # What a gunicorn worker does once loaded (gunicorn.conf.py): what is alive
+    # now is frozen out of the garbage collector's full collections.
+    from piper.wsgi import warm_and_freeze
+
+    warm_and_freeze()
     timings: dict[str, list[float]] = {"context": [], "recall": []}
     sections: dict[str, int] = {}
     costs = []
