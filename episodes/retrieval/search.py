@@ -219,6 +219,7 @@ def chunk_search(
     recency or entities; the whole query is embedded unless `query_embedding`
     is given. Same errors and abstention."""
     query, embedder = _checked(query=query, limit=limit, query_embedding=query_embedding)
+    generations.current(agent.pk)  # after an erasure, the cached counts go (as above)
     return _search(
         spec=_chunk_spec(agent, source_id),
         agent=agent,

@@ -625,6 +625,31 @@ def test_chunk_search_finds_passages_of_this_agents_sources(agent_a):
     )
 
 
+def test_chunk_search_drops_the_agents_cached_counts_after_an_erasure_elsewhere(
+    agent_a, monkeypatch
+):
+    """Another process's erasure bumps the agent's generation: the next chunk
+    search here drops what its caches hold of the agent, as episode_search does."""
+    from django.core.cache import cache
+
+    from episodes.retrieval import stats
+    from piper import generations
+
+    source = SourceFactory(agent=agent_a, title="Runbook", content="Promote the replica.")
+    generations.current(agent_a.pk)  # this process has seen the agent's generation
+    # A filtered count's key holds the filter's values, the agent among them.
+    key = ("episodes_sourcechunk", "source", 100, (("agent", agent_a.pk), ("source", source.pk)))
+    stats._remember_filtered_count(key, 7)
+    assert stats._cached_filtered_count(key) == 7
+    cache.add(f"piper:agent-generation:{agent_a.pk}", 0, timeout=None)
+    cache.incr(f"piper:agent-generation:{agent_a.pk}")  # the other process's erasure
+    monkeypatch.setattr(generations, "CHECK_SECONDS", 0.0)
+
+    chunk_search(agent=agent_a, query="promote", query_embedding=topic(30), source_id=source.pk)
+
+    assert stats._cached_filtered_count(key) is None
+
+
 # ---------------------------------------------------------------- duplicates
 
 
