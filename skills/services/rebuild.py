@@ -129,18 +129,18 @@ class _Rows:
             .values()
         ):
             cases.setdefault(case["validation_id"], []).append(case)
+        versions = SkillVersion.objects.filter(agent_id=agent_id).values_list(
+            "id", "intent_embedding", "provenance_episodes"
+        )
+        vectors, episodes = {}, {}
+        for pk, vector, cited in versions:
+            vectors[pk], episodes[pk] = vector, cited
         return cls(
             skill_ids=dict(
                 Skill.objects.filter(agent_id=agent_id).values_list("source_event_id", "id")
             ),
-            vectors=dict(
-                SkillVersion.objects.filter(agent_id=agent_id).values_list("id", "intent_embedding")
-            ),
-            episodes=dict(
-                SkillVersion.objects.filter(agent_id=agent_id).values_list(
-                    "id", "provenance_episodes"
-                )
-            ),
+            vectors=vectors,
+            episodes=episodes,
             validations={
                 row["id"]: row for row in Validation.objects.filter(agent_id=agent_id).values()
             },
@@ -313,10 +313,12 @@ class _Fold:
         if "cases" in payload:
             validation.error = payload["error"]
             asked = self._cases_asked(validation)
+            numbers = {k["index"]: k["id"] for k in self.rows.cases.get(validation.id, [])}
             for result in payload["cases"]:
                 case = asked[result["index"]]
                 self.cases.append(
                     ValidationCase(
+                        id=numbers.get(result["index"]),
                         validation_id=validation.id,
                         params=case["params"],
                         expected=case.get("expected"),
@@ -505,6 +507,21 @@ def _rebuild_agent(agent_id: Any) -> int:
     fold = _fold(agent_id)
     versions = list(fold.versions.values())
     _embed_missing(versions)
+    drop_rows(agent_id)
+    Skill.objects.bulk_create(fold.skills.values(), batch_size=BATCH)
+    # A version supersedes an earlier one: chain order inserts it first.
+    SkillVersion.objects.bulk_create(versions, batch_size=BATCH)
+    _bulk_create_numbered(VersionProvenance, fold.provenance)
+    _bulk_create_numbered(VersionTransition, fold.transitions)
+    Validation.objects.bulk_create(fold.validations.values(), batch_size=BATCH)
+    _bulk_create_numbered(ValidationCase, fold.cases)
+    Execution.objects.bulk_create(fold.executions.values(), batch_size=BATCH)
+    SkillTrace.objects.bulk_create(fold.traces, batch_size=BATCH)
+    return fold.applied
+
+
+def drop_rows(agent_id: Any) -> None:
+    """Delete the agent's procedural memory, what hangs off a row before the row."""
     mine = {"agent_id": agent_id}
     with connection.cursor() as cursor:
         # History and finished runs refuse a DELETE but to a rebuild (0009).
@@ -519,31 +536,10 @@ def _rebuild_agent(agent_id: Any) -> int:
         Skill.objects.filter(**mine).delete()
         SkillTrace.objects.filter(**mine).delete()
         cursor.execute("SELECT set_config(%s, 'off', true)", [REBUILD_SETTING])
-    Skill.objects.bulk_create(fold.skills.values(), batch_size=BATCH)
-    # A version supersedes an earlier one: chain order inserts it first.
-    SkillVersion.objects.bulk_create(versions, batch_size=BATCH)
-    _bulk_create_numbered(VersionProvenance, fold.provenance)
-    _bulk_create_numbered(VersionTransition, fold.transitions)
-    Validation.objects.bulk_create(fold.validations.values(), batch_size=BATCH)
-    _bulk_create_numbered(ValidationCase, fold.cases, keep=fold.rows.cases)
-    Execution.objects.bulk_create(fold.executions.values(), batch_size=BATCH)
-    SkillTrace.objects.bulk_create(fold.traces, batch_size=BATCH)
-    return fold.applied
 
 
-def _bulk_create_numbered(model, rows: list, keep: dict | None = None) -> None:
-    """Rows numbered by a sequence keep the numbers of the rows they were; new ones
-    are numbered after them, in chain order. (Cases are matched by validation and
-    index.)"""
-    if keep is not None:
-        numbers = {
-            (case["validation_id"], case["index"]): case["id"]
-            for cases in keep.values()
-            for case in cases
-        }
-        for row in rows:
-            row.id = row.id or numbers.get((row.validation_id, row.index))
-    known = [row for row in rows if row.id is not None]
-    new = [row for row in rows if row.id is None]
-    model.objects.bulk_create(known, batch_size=BATCH)
-    model.objects.bulk_create(new, batch_size=BATCH)
+def _bulk_create_numbered(model, rows: list) -> None:
+    """Rows numbered by a sequence keep the numbers of the rows they were (set
+    when the fold made them); new ones are numbered after them, in chain order."""
+    model.objects.bulk_create([row for row in rows if row.id is not None], batch_size=BATCH)
+    model.objects.bulk_create([row for row in rows if row.id is None], batch_size=BATCH)

@@ -28,7 +28,7 @@ from skills.models import (
     VersionTransition,
 )
 from skills.services import lifecycle, runs
-from skills.services.rebuild import REBUILD_SETTING
+from skills.services.rebuild import drop_rows
 from skills.services.traces import TraceInput, trace_record
 from skills.tests.factories import VERIFIER, definition, make_version, report, validated
 
@@ -161,7 +161,7 @@ def test_a_rebuild_gives_back_every_row_as_it_was(agent):
 def test_a_dropped_projection_is_rebuilt_equal_by_the_command(agent):
     history(agent)
     before = rows(agent, serial_ids=False)
-    drop_projection()
+    drop_rows(agent.pk)
 
     out = StringIO()
     call_command("rebuild_projection", "skills", stdout=out)
@@ -221,17 +221,6 @@ def test_an_erased_skill_takes_its_versions_and_runs_out_of_the_rebuild(agent):
     assert diff(rows(agent), after) == []
 
 
-def drop_projection() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config(%s, 'on', true)", [REBUILD_SETTING])
-        for model in (ValidationCase, Validation, Execution, VersionProvenance, VersionTransition):
-            model.objects.all().delete()
-        cursor.execute(f"DELETE FROM {SkillVersion._meta.db_table}")
-        Skill.objects.all().delete()
-        SkillTrace.objects.all().delete()
-        cursor.execute("SELECT set_config(%s, 'off', true)", [REBUILD_SETTING])
-
-
 def test_an_older_ledger_without_the_skill_id_is_read(agent):
     """skill.created events of an earlier release carried only the name: the
     skill's id is its first version's, the next event on the chain."""
@@ -248,7 +237,7 @@ def test_an_older_ledger_without_the_skill_id_is_read(agent):
             [agent.pk],
         )
         cursor.execute("SET session_replication_role = origin")
-    drop_projection()
+    drop_rows(agent.pk)
 
     projections.rebuild("skills", agent=agent)
 
