@@ -12,24 +12,6 @@ from piper.embedded_text import embeddings_store
 from ..models import Episode, EpisodeStatus, SourceChunk
 
 
-def _embeddings_store(
-    model_class: type[Episode] | type[SourceChunk],
-    *,
-    vectors: Mapping[uuid.UUID, Sequence[float]],
-    model: str,
-    replace_stale: bool,
-) -> int:
-    # A version withdrawn while its vector was computed gets none.
-    only_where = f"t.status = '{EpisodeStatus.ACTIVE}'" if model_class is Episode else ""
-    return embeddings_store(
-        model_class,
-        vectors=vectors,
-        model=model,
-        replace_stale=replace_stale,
-        only_where=only_where,
-    )
-
-
 def episode_embeddings_store(
     *,
     vectors: Mapping[uuid.UUID, Sequence[float]],
@@ -43,7 +25,14 @@ def episode_embeddings_store(
     retracted or corrected version gets none.
     ValueError for a vector of the wrong length or with a non-finite number.
     """
-    return _embeddings_store(Episode, vectors=vectors, model=model, replace_stale=replace_stale)
+    return embeddings_store(
+        Episode,
+        vectors=vectors,
+        model=model,
+        replace_stale=replace_stale,
+        # A version withdrawn while its vector was computed gets none.
+        only_where=f"t.status = '{EpisodeStatus.ACTIVE}'",
+    )
 
 
 def chunk_embeddings_store(
@@ -53,7 +42,7 @@ def chunk_embeddings_store(
     replace_stale: bool = False,
 ) -> int:
     """As episode_embeddings_store, for source chunks."""
-    return _embeddings_store(SourceChunk, vectors=vectors, model=model, replace_stale=replace_stale)
+    return embeddings_store(SourceChunk, vectors=vectors, model=model, replace_stale=replace_stale)
 
 
 def _needing_vectors(queryset, *, model: str, reembed_stale: bool):
