@@ -29,7 +29,7 @@ celery-beat), not here.
 """
 
 from .fusion import DEFAULT_ABSTENTION_THRESHOLD, NEAR_MISSES
-from .search import chunk_search, episode_search
+from .search import answered_groups, chunk_search, episode_search
 from .stats import forget_agent_counts, forget_statistics
 from .types import EVIDENCE_METRIC, MAX_LIMIT, MAX_QUERY_CHARS, Hit, SearchFilters, SearchResult
 
@@ -42,6 +42,7 @@ __all__ = [
     "Hit",
     "SearchFilters",
     "SearchResult",
+    "answered_groups",
     "chunk_search",
     "episode_search",
     "forget_agent_counts",

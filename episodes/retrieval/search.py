@@ -31,7 +31,7 @@ from .fusion import (
     _uses_session_context,
     _with_session_context,
 )
-from .hits import _canonical_hits, _full_rows
+from .hits import _canonical_hits, _episodes_by_id, _full_rows
 from .plan import _chunk_spec, _episode_spec, _Spec
 from .query_analysis import query_vector
 from .types import MAX_LIMIT, MAX_QUERY_CHARS, Hit, SearchFilters, SearchResult
@@ -232,3 +232,13 @@ def chunk_search(
         abstain=abstain,
         signals=CHUNK_SIGNALS,
     )
+
+
+def answered_groups(*, agent: Agent, canonical_ids: set[uuid.UUID]) -> set[uuid.UUID]:
+    """Of these canonical episodes, those whose group a search answers with one
+    version (the canonical, or its last correction): their collapsed duplicates
+    are not shown on their own. A group whose answer was retracted is not among
+    them; its duplicates speak for themselves."""
+    if not canonical_ids:
+        return set()
+    return set(_episodes_by_id(_episode_spec(agent, SearchFilters()), set(canonical_ids)))

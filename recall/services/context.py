@@ -413,22 +413,26 @@ def _episode_items(
         if not answer.abstained:
             evidence = _supported(answer.evidence, answer.details["threshold"])[:limit]
     if session_id and recent:
-        from django.db.models import Exists, OuterRef, Q
-
-        from episodes.models import Episode, EpisodeStatus
+        from episodes.retrieval import answered_groups
         from episodes.selectors import episode_list
 
         seen = {e.id for e in evidence}
-        # A duplicate is answered for by its canonical, unless that was retracted
-        # (then it speaks for itself, as in search).
-        retracted = Episode.objects.filter(
-            pk=OuterRef("canonical_id"), status=EpisodeStatus.RETRACTED
+        rows = episode_list(agent=ask.agent, session_id=session_id).defer(
+            "embedding", "search_vector"
         )
-        latest = (
-            episode_list(agent=ask.agent, session_id=session_id)
-            .filter(Q(canonical_id__isnull=True) | Exists(retracted))
-            .defer("embedding", "search_vector")[:recent]
-        )
+        # A collapsed duplicate is left to the version that answers for its group,
+        # as in search; with none (retracted), it speaks for itself.
+        latest: list = []
+        read = 0
+        while len(latest) < recent:
+            page = list(rows[read : read + recent])
+            read += len(page)
+            grouped = {e.canonical_id for e in page if e.canonical_id is not None}
+            answered = answered_groups(agent=ask.agent, canonical_ids=grouped)
+            latest += [e for e in page if e.canonical_id not in answered]
+            if len(page) < recent:
+                break
+        latest = latest[:recent]
         for n, episode in enumerate(latest):
             if str(episode.pk) not in seen:
                 evidence.append(

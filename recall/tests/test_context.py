@@ -476,7 +476,7 @@ def test_the_searches_in_worker_threads_give_the_same_block(settings, monkeypatc
 def test_a_retracted_canonicals_duplicates_come_back_among_the_sessions_latest(client_a):
     """Collapsed duplicates are answered for by their canonical; once it is
     retracted they speak for themselves again, as in search."""
-    from episodes.services import episode_retract, episodes_collapse
+    from episodes.services import episode_correct, episode_retract, episodes_collapse
 
     agent = client_a.agent
     clock_set(agent=agent, now=NOW)
@@ -501,6 +501,16 @@ def test_a_retracted_canonicals_duplicates_come_back_among_the_sessions_latest(c
     body = ok(post(client_a, {"session_id": "s-dup"}))
     assert [i["id"] for i in section(body, "episodes")] == [str(canonical.pk)]
 
-    episode_retract(agent=agent, episode_id=canonical.pk, reason="it never ran")
+    # Corrected, the group is answered by the correction; its retraction leaves
+    # the duplicate to speak for itself, as search does.
+    correction = episode_correct(
+        agent=agent,
+        episode_id=canonical.pk,
+        changes={"summary": "Backup of the billing database finished late"},
+    )
+    body = ok(post(client_a, {"session_id": "s-dup"}))
+    assert [i["id"] for i in section(body, "episodes")] == [str(correction.pk)]
+
+    episode_retract(agent=agent, episode_id=correction.pk, reason="it never ran")
     body = ok(post(client_a, {"session_id": "s-dup"}))
     assert [i["id"] for i in section(body, "episodes")] == [str(duplicate.pk)]
