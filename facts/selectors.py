@@ -7,6 +7,7 @@ similarity never picks truth here: lookups are by entity and predicate.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -128,6 +129,40 @@ def predicate_get(*, agent: Agent, name: str) -> Predicate:
 
 def predicate_list(*, agent: Agent) -> QuerySet[Predicate]:
     return Predicate.objects.filter(agent=agent).order_by("name")
+
+
+def predicate_value_samples(*, agent: Agent, per_predicate: int = 8) -> dict[uuid.UUID, list]:
+    """A few values stated under each of the agent's predicates (any version,
+    relations left out): what kind of value a predicate holds, read off its data."""
+    sql = f"""
+        SELECT p.id, v.object_value::text
+        FROM {Predicate._meta.db_table} p
+        CROSS JOIN LATERAL (
+            SELECT f.object_value FROM {Fact._meta.db_table} f
+            WHERE f.predicate_id = p.id AND f.object_value IS NOT NULL
+            LIMIT %(n)s
+        ) v
+        WHERE p.agent_id = %(agent)s
+    """
+    samples: dict[uuid.UUID, list] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"agent": agent.pk, "n": per_predicate})
+        for predicate_id, value in cursor.fetchall():
+            samples.setdefault(predicate_id, []).append(json.loads(value))
+    return samples
+
+
+def predicates_stated_together(
+    *, agent: Agent, predicate_id: uuid.UUID, others: Iterable[uuid.UUID]
+) -> set[uuid.UUID]:
+    """Which of `others` were ever stated about a subject that `predicate_id`
+    was also stated about (any version): two attributes, not one under two names."""
+    subjects = Fact.objects.filter(agent=agent, predicate_id=predicate_id).values("subject_id")
+    return set(
+        Fact.objects.filter(agent=agent, predicate_id__in=list(others), subject_id__in=subjects)
+        .values_list("predicate_id", flat=True)
+        .distinct()
+    )
 
 
 # --------------------------------------------------------------------------- facts

@@ -34,15 +34,22 @@ Predicate — one of, the first that holds:
 * `synonym`: a word of the question shares a frequent WordNet sense with a
   word of its name or aliases, or derives from one (assigned ↔ assignment,
   delivered ↔ delivery) — recall/lexicon.py.
-* `meaning`: of all the predicates the agent holds facts under, this one is
-  the nearest in meaning to what the question asks (the question with its
-  subject taken out, against each predicate's name and aliases, by
-  embedding), or within PIPER_FACT_MEANING_MARGIN of the nearest, at
-  PIPER_FACT_MEANING_MIN_SIMILARITY or more. When the question asks for a
-  kind of value — when (a time), where (a place), who (a person or group),
-  how many / how much (a quantity), which <noun> (the noun's kind) — only
-  predicates of that kind compete (kinds from WordNet's hypernyms). A
-  subject that lacks the nearest predicate does not answer with another.
+* `meaning`: of the subject's predicates, this one is the nearest in meaning
+  to what the question asks (the question with its subject taken out,
+  against each predicate's name and aliases, by embedding), clear of the
+  next; and of all the predicates the agent holds facts under, none is
+  nearer by more than PIPER_FACT_MEANING_MARGIN, unless it may be this
+  attribute under another name: of the same kind, and never stated about
+  one subject together with it (an agent that calls one attribute by two
+  names uses one per thing; `owner` and `custodian` are never both stated
+  of a thing, `deadline` and `start_date` are). A subject that lacks the
+  attribute asked does not answer with another. When the question asks for
+  a kind of value — when (a time), where (a place), who (a person or
+  group), how many / how much (a quantity), which <noun> (the noun's kind)
+  — only predicates of that kind compete (PredicateKinds: a declared type,
+  the stated values, WordNet's hypernyms of the name); a predicate of the
+  kind asked needs no minimum similarity, any other
+  PIPER_FACT_MEANING_MIN_SIMILARITY.
 * `whole_subject`: the question names the subject and asks nothing more
   ("Tell me about the Sparrow service"): every pair of it answers.
 * `not_asked`: none of these. Rejected: a known subject's other predicate is
@@ -187,18 +194,100 @@ def asked_kinds(text: str) -> frozenset[str]:
     return frozenset(kinds)
 
 
-def predicate_kinds(name: str, aliases: Sequence[str] = ()) -> frozenset[str]:
-    """The kinds of a predicate's values, from the first sense of the head
+# The kinds a value shows by its form alone: a date is a time, an amount a quantity.
+VALUE_KINDS = frozenset({"time", "quantity"})
+_MONTH = (
+    r"(jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|"
+    r"sep(t(ember)?)?|oct(ober)?|nov(ember)?|dec(ember)?)\.?"
+)
+_DAY = r"\d{1,2}(st|nd|rd|th)?"
+_DATE = re.compile(
+    rf"\d{{4}}-\d\d(-\d\d)?([t ].*)?|({_DAY} )?{_MONTH}( {_DAY})?(,? \d{{4}})?"
+    r"|q[1-4] \d{4}|\d{4} q[1-4]|\d{1,2}/\d{1,2}/\d{2,4}"
+)
+_AMOUNT = re.compile(r"[$€£¥]? ?[-+]?\d[\d,.' ]*( ?(%|[a-z]{1,12}))?")
+# What a declared value type says of the kind.
+_DECLARED_KINDS = {"integer": "quantity", "number": "quantity", "datetime": "time"}
+
+
+# A value's form, and the kind each form is of.
+DATE, COUNT, AMOUNT = "date", "count", "amount"
+FORM_KINDS = {DATE: "time", COUNT: "quantity", AMOUNT: "quantity"}
+
+
+def value_form(value) -> str | None:
+    """A date ("March 3", "2025-06-01"), a count (a whole number), an amount
+    (a number with a unit or a currency: "12000 EUR", "$5k", "7.5%"), or
+    None: anything else (free text, a name, a flag)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return COUNT
+    if isinstance(value, float):
+        return AMOUNT
+    if not isinstance(value, str):
+        return None
+    text = " ".join(value.lower().split())
+    if _DATE.fullmatch(text):
+        return DATE
+    if _AMOUNT.fullmatch(text):
+        return COUNT if text.isdigit() else AMOUNT
+    return None
+
+
+@dataclass(frozen=True)
+class PredicateKinds:
+    """What kinds of value a predicate holds (`of`), and which it cannot
+    hold (`not_of`: its values are stated, and none is a date or an amount)."""
+
+    of: frozenset[str]
+    not_of: frozenset[str] = frozenset()
+    form: str | None = None  # the form every stated value has, if one
+
+    def alike(self, other: PredicateKinds) -> bool:
+        """Of one kind, and of one form where both forms are known (a count
+        of people and an amount of money are both quantities, not alike)."""
+        if not self.of & other.of:
+            return False
+        return self.form is None or other.form is None or self.form == other.form
+
+    def competes_for(self, asked: frozenset[str]) -> bool:
+        """May it answer a question asking for a value of these kinds? One
+        whose kind nothing says may, unless its values rule the kinds out."""
+        if not asked:
+            return True
+        if self.of:
+            return bool(self.of & asked)
+        return not asked <= self.not_of
+
+
+def predicate_kinds(
+    name: str, aliases: Sequence[str] = (), values: Sequence = (), value_type: str = ""
+) -> PredicateKinds:
+    """The kinds of a predicate's values. A declared number or date-time type
+    says it; else the values stated under it, when every one of them is a date
+    (a time) or an amount (a quantity); else the first sense of the head
     (last) word of its name and of each alias: a `team_size` is a size (a
-    quantity), not a team; a `due_date` a day, not a companion."""
+    quantity), not a team; a `due_date` a day, not a companion. Free-text
+    values rule out a time or a quantity WordNet reads into a name (a
+    `phase` of "in review" is not a period of time)."""
     from . import lexicon
 
+    forms = {value_form(v) for v in values}
+    form = next(iter(forms)) if len(forms) == 1 else None
+    if declared := _DECLARED_KINDS.get(value_type):
+        return PredicateKinds(frozenset({declared}), form=form)
+    shown = {FORM_KINDS.get(f) for f in forms}
+    if len(shown) == 1 and None not in shown:
+        return PredicateKinds(frozenset(shown), form=form)
     kinds: set[str] = set()
     for phrase in (humanize(name), *aliases):
         phrase_words = words(phrase)
         if phrase_words:
             kinds.update(lexicon.kinds(phrase_words[-1], senses=1))
-    return frozenset(kinds)
+    if shown == {None}:
+        return PredicateKinds(frozenset(kinds - VALUE_KINDS), VALUE_KINDS)
+    return PredicateKinds(frozenset(kinds))
 
 
 # How a question for a value of each kind begins.
@@ -252,13 +341,18 @@ class Meaning:
     nearest: str  # the nearest predicate's name
     nearest_similarity: float
     accepted: bool
+    # Nearer predicates taken for this one's attribute under another name.
+    same_attribute: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
-        return {
+        out = {
             "similarity": round(self.similarity, 4),
             "nearest": self.nearest,
             "nearest_similarity": round(self.nearest_similarity, 4),
         }
+        if self.same_attribute:
+            out["same_attribute"] = list(self.same_attribute)
+        return out
 
 
 @dataclass(frozen=True)
@@ -363,6 +457,11 @@ def _predicate(
     predicate_words = content_words(humanize(name))
     if predicate_words & asked:
         return _Match(STATED, frozenset(predicate_words & question.words))
+    # A closed compound said as two words: "kick off" asks for a `kickoff`.
+    for first, second in zip(question.tokens, question.tokens[1:], strict=False):
+        if stem(first + second) in predicate_words:
+            said = frozenset(stem(w) for w in (first, second) if w not in STOPWORDS)
+            return _Match(STATED, said, via=f"{first} {second}")
     for alias in aliases:
         alias_words = content_words(alias)
         if alias_words and alias_words <= question.words:
@@ -378,6 +477,20 @@ def _predicate(
     if synonym := _synonym(question, asked, [humanize(name), *aliases]):
         return synonym
     return _Match(NOT_ASKED)
+
+
+def declared_for(question: Question, name: str, aliases: Sequence[str] = ()) -> bool:
+    """Does the question use words declared for this predicate: one of its
+    aliases, or a phrase its family is asked with (FAMILY_PHRASES)?"""
+    for alias in aliases:
+        alias_words = content_words(alias)
+        if alias_words and alias_words <= question.words:
+            return True
+    return any(
+        _says(question.tokens, phrase)
+        for word in words(humanize(name))
+        for phrase in FAMILY_PHRASES.get(word, ())
+    )
 
 
 def _synonym(question: Question, asked, phrases: Sequence[str]) -> _Match | None:

@@ -108,37 +108,78 @@ class PredicateSimilarity:
     """What the question asks of the subject it names, against every predicate
     of the agent that competes (about.py: `meaning`)."""
 
+    agent: Agent
     similarity: dict[uuid.UUID, float]
     names: dict[uuid.UUID, str]
     competing: frozenset[uuid.UUID]
+    kinds: dict[uuid.UUID, about.PredicateKinds]
+    kinds_asked: frozenset[str]
+    # Predicates the question asks for in words declared for them (an alias,
+    # a family phrase): those are what it asks, never another name for it.
+    declared: frozenset[uuid.UUID] = frozenset()
 
     def meaning(self, predicate_id: uuid.UUID, subject_predicates) -> about.Meaning | None:
         """The predicate's meaning verdict, among the subject's predicates:
         the subject's nearest competing predicate is asked when it is similar
-        enough, clear of the subject's next one, and not far below the agent's
-        nearest (a predicate the subject lacks)."""
+        enough (any similarity, if of the kind asked), clear of the subject's
+        next one, and no predicate the subject lacks is much nearer — unless
+        that one may be the same attribute under another name."""
         if predicate_id not in self.similarity:
             return None
+        own = set(subject_predicates)
         ranked = sorted(
-            (p for p in set(subject_predicates) if p in self.competing),
+            (p for p in own if p in self.competing),
             key=lambda p: (-self.similarity[p], self.names[p]),
         )
         nearest = max(self.competing, key=lambda p: (self.similarity[p], self.names[p]))
         value = self.similarity[predicate_id]
-        best = self.similarity[nearest]
+        of_kind_asked = bool(self.kinds[predicate_id].of & self.kinds_asked)
+        floor = 0.0 if of_kind_asked else settings.PIPER_FACT_MEANING_MIN_SIMILARITY
         accepted = (
             bool(ranked)
             and ranked[0] == predicate_id
-            and value >= settings.PIPER_FACT_MEANING_MIN_SIMILARITY
+            and value >= floor
             and (len(ranked) < 2 or value - self.similarity[ranked[1]] >= MEANING_SUBJECT_MARGIN)
-            and best - value <= settings.PIPER_FACT_MEANING_MARGIN
         )
+        rivals = [
+            p
+            for p in self.competing
+            if p not in own and self.similarity[p] - value > settings.PIPER_FACT_MEANING_MARGIN
+        ]
+        same: list[uuid.UUID] = []
+        if accepted and rivals:
+            same = self._same_attribute(predicate_id, rivals)
+            accepted = len(same) == len(rivals)
         return about.Meaning(
             similarity=value,
             nearest=self.names[nearest],
-            nearest_similarity=best,
+            nearest_similarity=self.similarity[nearest],
             accepted=accepted,
+            same_attribute=tuple(sorted(self.names[p] for p in same)) if accepted else (),
         )
+
+    def _same_attribute(self, predicate_id: uuid.UUID, rivals) -> list[uuid.UUID]:
+        """The rivals that may be the predicate's attribute under another name:
+        of its kind and form, not asked for in words declared for it, never
+        stated about one subject together with it
+        — and no nearer predicate of its kind is known to be another
+        attribute (stated together with it)."""
+        from facts.selectors import predicates_stated_together
+
+        mine = self.kinds[predicate_id]
+        kin = [p for p in rivals if mine.alike(self.kinds[p]) and p not in self.declared]
+        if len(kin) < len(rivals):
+            return kin  # one rival is another attribute: no need to ask the data
+        value = self.similarity[predicate_id]
+        nearer = [
+            p
+            for p in self.competing
+            if self.similarity[p] > value and mine.of & self.kinds[p].of and p != predicate_id
+        ]
+        together = predicates_stated_together(
+            agent=self.agent, predicate_id=predicate_id, others=nearer
+        )
+        return [] if together else kin
 
 
 # The subject's nearest predicate must be this much nearer than its next one.
@@ -149,22 +190,33 @@ def predicate_similarity(ask: Ask, named) -> PredicateSimilarity | None:
     """How near each of the agent's predicates (its name, or an alias) is to
     what the question asks of the subject it names; None when it names none."""
     from facts.models import Predicate
+    from facts.selectors import predicate_value_samples
 
     if not named:
         return None
-    rows = list(Predicate.objects.filter(agent=ask.agent).values_list("id", "name", "aliases"))
+    rows = list(
+        Predicate.objects.filter(agent=ask.agent).values_list("id", "name", "aliases", "value_type")
+    )
     if not rows:
         return None
     kinds_asked = about.asked_kinds(ask.query)
+    values = predicate_value_samples(agent=ask.agent)
     phrases: list[tuple[uuid.UUID, str]] = []
     competing: set[uuid.UUID] = set()
-    for predicate_id, name, aliases in rows:
-        kinds = about.predicate_kinds(name, aliases)
-        phrases += [(predicate_id, about.as_question(n, kinds)) for n in (name, *aliases)]
-        # A predicate of another kind than the one asked for does not compete;
-        # one whose kind WordNet does not know does.
-        if not kinds_asked or not kinds or kinds & kinds_asked:
+    kinds: dict[uuid.UUID, about.PredicateKinds] = {}
+    question = about.Question.of(ask.query, ())
+    declared: set[uuid.UUID] = set()
+    for predicate_id, name, aliases, value_type in rows:
+        kinds[predicate_id] = about.predicate_kinds(
+            name, aliases, values.get(predicate_id, ()), value_type
+        )
+        phrases += [
+            (predicate_id, about.as_question(n, kinds[predicate_id].of)) for n in (name, *aliases)
+        ]
+        if kinds[predicate_id].competes_for(kinds_asked):
             competing.add(predicate_id)
+            if about.declared_for(question, name, aliases):
+                declared.add(predicate_id)
     if not competing:
         return None
     embedder = ask.vector.embedder
@@ -174,8 +226,10 @@ def predicate_similarity(ask: Ask, named) -> PredicateSimilarity | None:
     for (predicate_id, _), vector in zip(phrases, vectors, strict=True):
         value = sum(a * b for a, b in zip(residue, vector, strict=True))
         similarity[predicate_id] = max(value, similarity.get(predicate_id, -1.0))
-    names = {predicate_id: name for predicate_id, name, _ in rows}
-    return PredicateSimilarity(similarity, names, frozenset(competing))
+    names = {predicate_id: name for predicate_id, name, *_ in rows}
+    return PredicateSimilarity(
+        ask.agent, similarity, names, frozenset(competing), kinds, kinds_asked, frozenset(declared)
+    )
 
 
 def _abstention_reason(verdicts: Sequence[about.Verdict], *, answering: int, weak: int) -> str:
