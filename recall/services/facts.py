@@ -176,10 +176,11 @@ class PredicateSimilarity:
             for p in self.competing
             if self.similarity[p] > value and mine.of & self.kinds[p].of and p != predicate_id
         ]
-        together = predicates_stated_together(
+        if nearer and predicates_stated_together(
             agent=self.agent, predicate_id=predicate_id, others=nearer
-        )
-        return [] if together else kin
+        ):
+            return []
+        return kin
 
 
 # The subject's nearest predicate must be this much nearer than its next one.

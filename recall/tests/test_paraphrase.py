@@ -165,3 +165,85 @@ def test_kinds_come_from_wordnet(word, kind):
 def test_the_kind_of_value_a_question_asks_for(question, kinds):
     asked = about.asked_kinds(question)
     assert kinds <= asked and bool(asked) == bool(kinds)
+
+
+def several_owners(agent) -> None:
+    """Three things with an `owner`; the Moss pod's keeper is stored as its
+    `custodian`, a name the agent uses for nothing else."""
+    for subject, person in (
+        ("billing export", "Priya Jansen"),
+        ("search squad", "Dario Dubois"),
+        ("offsite", "Ines Bianchi"),
+    ):
+        claim(agent, subject, "owner", person, at(2024))
+    claim(agent, "billing export", "deadline", "March 10", at(2024))
+    claim(agent, "search squad", "headcount", 7, at(2024))
+    claim(agent, "Moss pod", "custodian", "Oskar Gallo", at(2024))
+    claim(agent, "Moss pod", "headcount", 4, at(2024))
+
+
+def test_another_name_of_the_same_attribute_does_not_outrank_the_subjects_own(agent):
+    several_owners(agent)
+    fact_texts_refresh(agent_id=agent.pk, embed="now")
+    result = recall(agent=agent, query="Who keeps the Moss pod?")
+    assert current_values(result)[:1] == ["Oskar Gallo"], result.details
+    about_it = result.evidence[0].signals["about"]
+    assert about_it["predicate"] == "meaning"
+    assert "owner" in about_it["meaning"]["same_attribute"]
+
+
+def test_two_names_stated_of_one_thing_are_two_attributes(agent):
+    several_owners(agent)
+    # The offsite has an owner and a custodian: they are not one attribute,
+    # so the Moss pod's custodian does not answer who owns it.
+    claim(agent, "offsite", "custodian", "Amara Albers", at(2024))
+    fact_texts_refresh(agent_id=agent.pk, embed="now")
+    result = recall(agent=agent, query="Who keeps the Moss pod?")
+    assert result.evidence == [], [(e.text, e.signals.get("about")) for e in result.evidence]
+
+
+@pytest.mark.parametrize(
+    ("value", "form"),
+    [
+        ("March 3", about.DATE),
+        ("3 March 2025", about.DATE),
+        ("2025-06-01", about.DATE),
+        (7, about.COUNT),
+        ("12", about.COUNT),
+        (12.5, about.AMOUNT),
+        ("12000 EUR", about.AMOUNT),
+        ("$5k", about.AMOUNT),
+        ("7.5%", about.AMOUNT),
+        ("Lisbon office", None),
+        ("Room 4B", None),
+        ("in review", None),
+        (True, None),
+        ({"a": 1}, None),
+    ],
+)
+def test_the_form_of_a_value(value, form):
+    assert about.value_form(value) == form
+
+
+def test_a_predicates_kinds_come_from_its_values_where_they_say():
+    kickoff = about.predicate_kinds("kickoff", values=["May 11", "June 2"])
+    assert (kickoff.of, kickoff.form) == ({"time"}, about.DATE)
+    # WordNet reads a period of time into "phase"; its values say otherwise.
+    phase = about.predicate_kinds("phase", values=["planning", "in review"])
+    assert "time" not in phase.of and not phase.competes_for(frozenset({"time"}))
+    assert phase.competes_for(frozenset())
+    headcount = about.predicate_kinds("headcount", values=[4, 7])
+    budget = about.predicate_kinds("budget", values=["12000 EUR", "7500 USD"])
+    assert headcount.of == budget.of == {"quantity"}
+    assert not headcount.alike(budget)  # a count of people is not an amount of money
+    assert about.predicate_kinds("size", value_type="integer").of == {"quantity"}
+    assert about.predicate_kinds("venue").of == {"place"}  # no values: WordNet's kind
+
+
+def test_a_closed_compound_said_as_two_words_states_its_predicate():
+    subject = uuid.uuid4()
+    question = about.Question.of("When will the Kite launch kick off?", [subject])
+    verdict = about.judge(
+        question, subject_id=subject, subject_names=["Kite launch"], predicate_name="kickoff"
+    )
+    assert (verdict.predicate, verdict.via) == ("stated", "kick off")
