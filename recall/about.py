@@ -194,6 +194,12 @@ def asked_kinds(text: str) -> frozenset[str]:
     return frozenset(kinds)
 
 
+def refused_forms(text: str) -> frozenset[str]:
+    """Value forms the question rules out: "how many" counts things, so an
+    amount (money, a measure) does not answer it."""
+    return frozenset({AMOUNT}) if re.search(r"\bhow many\b", " ".join(words(text))) else frozenset()
+
+
 # The kinds a value shows by its form alone: a date is a time, an amount a quantity.
 VALUE_KINDS = frozenset({"time", "quantity"})
 _MONTH = (
@@ -251,9 +257,12 @@ class PredicateKinds:
             return False
         return self.form is None or other.form is None or self.form == other.form
 
-    def competes_for(self, asked: frozenset[str]) -> bool:
-        """May it answer a question asking for a value of these kinds? One
-        whose kind nothing says may, unless its values rule the kinds out."""
+    def competes_for(self, asked: frozenset[str], refused: frozenset[str] = frozenset()) -> bool:
+        """May it answer a question asking for a value of these kinds (and
+        not of the `refused` forms)? One whose kind nothing says may, unless
+        its values rule the kinds out."""
+        if self.form in refused:
+            return False
         if not asked:
             return True
         if self.of:

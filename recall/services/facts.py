@@ -201,6 +201,7 @@ def predicate_similarity(ask: Ask, named) -> PredicateSimilarity | None:
     if not rows:
         return None
     kinds_asked = about.asked_kinds(ask.query)
+    refused = about.refused_forms(ask.query)
     values = predicate_value_samples(agent=ask.agent)
     phrases: list[tuple[uuid.UUID, str]] = []
     competing: set[uuid.UUID] = set()
@@ -214,7 +215,7 @@ def predicate_similarity(ask: Ask, named) -> PredicateSimilarity | None:
         phrases += [
             (predicate_id, about.as_question(n, kinds[predicate_id].of)) for n in (name, *aliases)
         ]
-        if kinds[predicate_id].competes_for(kinds_asked):
+        if kinds[predicate_id].competes_for(kinds_asked, refused):
             competing.add(predicate_id)
             if about.declared_for(question, name, aliases):
                 declared.add(predicate_id)

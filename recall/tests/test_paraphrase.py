@@ -247,3 +247,14 @@ def test_a_closed_compound_said_as_two_words_states_its_predicate():
         question, subject_id=subject, subject_names=["Kite launch"], predicate_name="kickoff"
     )
     assert (verdict.predicate, verdict.via) == ("stated", "kick off")
+
+
+def test_an_amount_does_not_answer_how_many(agent):
+    # No count of anything is stored: the only quantity is a budget.
+    claim(agent, "Glade guild", "budget", "7500 USD", at(2024))
+    claim(agent, "Glade guild", "owner", "Priya Jansen", at(2024))
+    fact_texts_refresh(agent_id=agent.pk, embed="now")
+    result = recall(agent=agent, query="How many people are on the Glade guild?")
+    assert result.evidence == [], [(e.text, e.signals.get("about")) for e in result.evidence]
+    result = recall(agent=agent, query="How much money does the Glade guild have?")
+    assert current_values(result)[:1] == ["7500 USD"]
