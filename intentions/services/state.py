@@ -138,11 +138,16 @@ def _size(state: dict) -> int:
     return len(json.dumps(state, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-def _ledger(agent: Agent, event_type: str, payload: dict, session_id: str = "", **classes) -> Any:
+def thread_event(
+    agent: Agent, thread_id, event_type: str, payload: dict, session_id: str = "", **classes
+) -> Any:
+    """Append `event_type` about a thread to its agent's ledger, the payload
+    naming the thread first (as transitions.intention_event does for an
+    intention): what the agent did to its working state, observed."""
     return event_append(
         agent=agent,
         event_type=event_type,
-        payload=payload,
+        payload={"thread_id": str(thread_id), **payload},
         session_id=session_id,
         source_type=SourceType.OBSERVATION,
         **classes,
@@ -164,9 +169,7 @@ def thread_get_or_create(*, agent: Agent, key: str, session_id: str = "") -> tup
         with transaction.atomic():
             # The row's times are its event's record time, so a rebuild gives them back.
             thread_id = uuid7()
-            event = _ledger(
-                agent, THREAD_CREATED, {"thread_id": str(thread_id), "thread": key}, session_id
-            )
+            event = thread_event(agent, thread_id, THREAD_CREATED, {"thread": key}, session_id)
             thread = Thread.objects.create(
                 id=thread_id,
                 agent=agent,
@@ -238,11 +241,11 @@ def working_state_write(
         version = based_on + 1
         # The row's id is in its event, so a rebuild from the ledger gives it back.
         state_id = uuid7()
-        event = _ledger(
+        event = thread_event(
             agent,
+            locked.pk,
             STATE_WRITTEN,
             {
-                "thread_id": str(locked.pk),
                 "thread": locked.key,
                 "version": version,
                 "state": state,
@@ -301,11 +304,11 @@ def handover_start(
                 code="handover_open",
             )
         handover_id = uuid7()  # in the event, as the resume and acknowledgement carry it
-        event = _ledger(
+        event = thread_event(
             agent,
+            locked.pk,
             HANDOVER_STARTED,
             {
-                "thread_id": str(locked.pk),
                 "thread": locked.key,
                 "from_session": from_session or locked.session_id,
                 "to_session": to_session,
@@ -371,11 +374,11 @@ def thread_resume(*, agent: Agent, thread: Thread, session_id: str) -> ResumePac
         if handover is not None and handover.status == Handover.Status.PENDING:
             # What the successor was shown: suite H's open items that survived.
             surfaced = [item["id"] for item in intentions.parsed()]
-            event = _ledger(
+            event = thread_event(
                 agent,
+                locked.pk,
                 THREAD_RESUMED,
                 {
-                    "thread_id": str(locked.pk),
                     "handover_id": str(handover.pk),
                     "session": session_id,
                     "surfaced": surfaced,
@@ -426,10 +429,11 @@ def thread_acknowledge(*, agent: Agent, thread: Thread, session_id: str) -> Hand
             raise Conflict(
                 "resume the thread before acknowledging the handover", code="not_resumed"
             )
-        event = _ledger(
+        event = thread_event(
             agent,
+            locked.pk,
             HANDOVER_ACKNOWLEDGED,
-            {"thread_id": str(locked.pk), "handover_id": str(handover.pk), "session": session_id},
+            {"handover_id": str(handover.pk), "session": session_id},
             session_id,
         )
         Handover.objects.filter(pk=handover.pk).update(
@@ -467,11 +471,11 @@ def pending_clear(*, agent: Agent, thread: Thread, item_ids: list[int]) -> int:
             for i, k, o in items.values_list("intention_id", "kind", "occurrence")
         ]
         items.update(cleared_at=now)
-        _ledger(
+        thread_event(
             agent,
+            thread.pk,
             PENDING_CLEARED,
             {
-                "thread_id": str(thread.pk),
                 "items": cleared,
                 "cleared": which,
                 "at": now.isoformat(),
