@@ -49,9 +49,16 @@ PASS_RATE_GATE = 0.80
 EVENT_FIELDS = ("actor", "occurred_at", "action", "outcome")
 
 
+def recall_refused(answer: Answer) -> Verdict | None:
+    """R2 when the service refused the recall itself (any suite's recall items)."""
+    if answer.ok:
+        return None
+    return miss(F.R2, f"the recall was refused: {answer.response.describe()}")
+
+
 def _refused(answer: Answer) -> Verdict | None:
-    if not answer.ok:
-        return miss(F.R2, f"the recall was refused: {answer.response.describe()}")
+    if problem := recall_refused(answer):
+        return problem
     if answer.abstained:
         return miss(F.R2, "the recall abstained, but the memory is there")
     if not answer.evidence:
@@ -159,8 +166,8 @@ def judge_synthesis(
 
 def judge_abstain(answer: Answer) -> Verdict:
     """B4 (and suite G's unknowables): no supporting memory, and nothing offered."""
-    if not answer.ok:
-        return miss(F.R2, f"the recall was refused: {answer.response.describe()}")
+    if problem := recall_refused(answer):
+        return problem
     if answer.abstained is True and not answer.evidence:
         return CORRECT
     if answer.abstained is True:

@@ -30,7 +30,7 @@ from ...judging import CORRECT, Verdict, counted, miss, same, shown
 from ...registry import ItemOutcome, SuiteSummary, pass_rate
 from ...taxonomy import FailureCode as F
 from ..episodic.api import Answer, Hit
-from ..episodic.judge import judge_abstain
+from ..episodic.judge import judge_abstain, recall_refused
 
 ROUTE_GATE = 0.95  # G2 in the router's template words: route and store
 LOOK_GATE = 0.95  # G1 items whose every check held
@@ -48,14 +48,8 @@ FALSE_ANSWER_GATE = 0.02
 STALE_AS_CURRENT_GATE = 0.0
 
 
-def _refused(answer: Answer) -> Verdict | None:
-    if not answer.ok:
-        return miss(F.R2, f"the recall was refused: {answer.response.describe()}")
-    return None
-
-
 def judge_answered(answer: Answer) -> Verdict:
-    if problem := _refused(answer):
+    if problem := recall_refused(answer):
         return problem
     if answer.abstained is not False:
         return miss(F.R2, "the recall abstained, but the value is stored")
@@ -67,7 +61,7 @@ def _facts(answer: Answer) -> list[Hit]:
 
 
 def judge_value(answer: Answer, fact_id: str, expected: Any) -> Verdict:
-    if problem := _refused(answer):
+    if problem := recall_refused(answer):
         return problem
     facts = _facts(answer)
     if not facts:
@@ -86,7 +80,7 @@ def judge_value(answer: Answer, fact_id: str, expected: Any) -> Verdict:
 
 
 def judge_staleness(answer: Answer, fact_id: str, *, stale: bool) -> Verdict:
-    if problem := _refused(answer):
+    if problem := recall_refused(answer):
         return problem
     hit = next((h for h in _facts(answer) if h.id == fact_id), None)
     if hit is None:
@@ -103,7 +97,7 @@ def judge_staleness(answer: Answer, fact_id: str, *, stale: bool) -> Verdict:
 
 
 def judge_route(answer: Answer, expected: str) -> Verdict:
-    if problem := _refused(answer):
+    if problem := recall_refused(answer):
         return problem
     chosen = answer.route.get("chosen")
     if chosen == expected:
@@ -114,7 +108,7 @@ def judge_route(answer: Answer, expected: str) -> Verdict:
 
 def judge_store(answer: Answer, found: Callable[[Hit], bool], what: str) -> Verdict:
     """What the item stored, among the evidence or the near misses."""
-    if problem := _refused(answer):
+    if problem := recall_refused(answer):
         return problem
     if any(found(hit) for hit in answer.evidence):
         return CORRECT
@@ -140,7 +134,7 @@ def judge_g3(answer: Answer, question: dict[str, Any]) -> tuple[dict[str, Verdic
     first among the facts. The checks are the honest half — no superseded
     value shown as current (`stale`), no answer where nothing is stored
     (`false_answer`); how often it answers is a metric (summarize)."""
-    if problem := _refused(answer):
+    if problem := recall_refused(answer):
         return {"stale": problem, "false_answer": problem}, False
     facts = _facts(answer)
     expects = question["expects"]

@@ -40,6 +40,7 @@ from ...judging import CORRECT, MISSES_KEPT, Verdict, counted, miss
 from ...registry import ItemFailure, ItemOutcome, SuiteSummary, pass_rate
 from ...taxonomy import FailureCode as F
 from ..episodic.api import Answer, Hit
+from ..episodic.judge import recall_refused
 from .draw import METRICS, same, value_key
 
 METRIC_NAMES = {metric: f"{metric}_accuracy" for metric in METRICS}
@@ -149,12 +150,6 @@ class Tally:
 IN_FORCE = ("current", "contested")
 
 
-def _refused(answer: Answer) -> Verdict | None:
-    if answer.ok:
-        return None
-    return miss(F.R2, f"the recall was refused: {answer.response.describe()}")
-
-
 def _facts(answer: Answer) -> list[Hit]:
     return [hit for hit in answer.evidence if hit.kind == "fact"]
 
@@ -178,7 +173,7 @@ def _fact_text(hit: Hit) -> str:
 
 def judge_recall_stale(answer: Answer, question: dict[str, Any]) -> Verdict:
     """No superseded or ended value of the pair asked is presented as in force."""
-    if problem := _refused(answer):
+    if problem := recall_refused(answer):
         return problem
     stale = [
         hit
@@ -194,7 +189,7 @@ def judge_recall_stale(answer: Answer, question: dict[str, Any]) -> Verdict:
 
 def judge_recall_found(answer: Answer, question: dict[str, Any]) -> Verdict:
     """The current value is the first fact, and marked current."""
-    if problem := _refused(answer):
+    if problem := recall_refused(answer):
         return problem
     facts = _facts(answer)
     if not facts:
@@ -223,7 +218,7 @@ def judge_recall_found(answer: Answer, question: dict[str, Any]) -> Verdict:
 def judge_recall_false_answer(answer: Answer, question: dict[str, Any]) -> Verdict:
     """Nothing current to find: no fact presented as in force (the pair's own
     old values are `stale`'s to judge)."""
-    if problem := _refused(answer):
+    if problem := recall_refused(answer):
         return problem
     given = [
         hit
