@@ -18,9 +18,9 @@ from piper.api.serializers import (
     CommaListField,
     PolicyClassesSerializer,
     QueryDateTimeField,
+    SourceFieldsSerializer,
     StrictBooleanField,
     StrictCharField,
-    StrictFloatField,
     StrictIntegerField,
     StrictSerializer,
     api_datetime,
@@ -47,22 +47,15 @@ ENTITY_REF_HELP = "An entity id, or any of the entity's names (case-insensitive)
 # ------------------------------------------------------------------------ provenance
 
 
-class ProvenanceInputSerializer(PolicyClassesSerializer, StrictSerializer):
+class ProvenanceInputSerializer(PolicyClassesSerializer, SourceFieldsSerializer, StrictSerializer):
     """Who claims it, how they know, how sure they are (DESIGN §3)."""
 
-    source_type = serializers.ChoiceField(
-        choices=SourceType.choices, required=False, default=SourceType.AGENT_INFERENCE
-    )
-    source_ref = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
     authority = serializers.ChoiceField(
         choices=Authority.choices,
         required=False,
         help_text="Defaults from source_type; a lower authority than the believed value's "
         "makes the claim contested instead of current.",
     )
-    confidence = StrictFloatField(min_value=0.0, max_value=1.0, required=False, default=1.0)
-    actor = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
-    session_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
 
     PROVENANCE_FIELDS = (
         "source_type",

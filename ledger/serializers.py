@@ -5,8 +5,8 @@ from rest_framework import serializers
 
 from piper.api.serializers import (
     PolicyClassesSerializer,
+    SourceFieldsSerializer,
     StrictCharField,
-    StrictFloatField,
     StrictSerializer,
     page_of,
 )
@@ -16,7 +16,7 @@ from .models import Event, Source
 from .services import EVENT_TYPE, MAX_EVENT_TYPE, EventDraft
 
 
-class EventInputSerializer(PolicyClassesSerializer, StrictSerializer):
+class EventInputSerializer(PolicyClassesSerializer, SourceFieldsSerializer, StrictSerializer):
     """One event to append: what happened, who says so and how sure they are, and
     who may read it and how long it is kept. Unknown fields are refused."""
 
@@ -31,19 +31,6 @@ class EventInputSerializer(PolicyClassesSerializer, StrictSerializer):
     occurred_at = serializers.DateTimeField(
         required=False, help_text="When it happened (ISO 8601). Defaults to the record time."
     )
-    session_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
-    actor = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
-    source_type = serializers.ChoiceField(
-        choices=SourceType.choices, required=False, default=SourceType.AGENT_INFERENCE
-    )
-    source_ref = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
-    authority = serializers.ChoiceField(
-        choices=Authority.choices,
-        required=False,
-        help_text="Defaults from source_type (operator > system_observation > user_statement > "
-        "tool_result > agent_inference > third_party).",
-    )
-    confidence = StrictFloatField(min_value=0.0, max_value=1.0, required=False, default=1.0)
     parent_event_id = serializers.UUIDField(required=False, allow_null=True, default=None)
     correction_of = serializers.UUIDField(required=False, allow_null=True, default=None)
 

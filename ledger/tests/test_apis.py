@@ -399,9 +399,11 @@ class TestBadInput:
     def test_several_errors_are_all_reported(self, client_a):
         response = post(client_a, {"event_type": "BAD", "confidence": 2})
         assert response.status_code == 400
+        # The message names the first field in error (the provenance fields
+        # come first); the details name every one.
         assert response.json() == error(
             "invalid",
-            f"event_type: {EVENT_TYPE_RULE}",
+            "confidence: Ensure this value is less than or equal to 1.0.",
             {
                 "event_type": [EVENT_TYPE_RULE],
                 "confidence": ["Ensure this value is less than or equal to 1.0."],

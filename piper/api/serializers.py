@@ -10,7 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from piper.provenance import PrivacyClass, RetentionClass
+from piper.provenance import Authority, PrivacyClass, RetentionClass, SourceType
 
 
 def api_datetime(value: datetime | None) -> str | None:
@@ -209,3 +209,22 @@ class PolicyClassesSerializer(serializers.Serializer):
         help_text="How long it is kept: retention policies sweep by class; 'permanent' is "
         "a legal hold.",
     )
+
+
+class SourceFieldsSerializer(serializers.Serializer):
+    """Who says so and how sure they are (DESIGN §3), to mix into a write's
+    input: the same six fields on an event and on a fact's claim."""
+
+    session_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+    actor = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+    source_type = serializers.ChoiceField(
+        choices=SourceType.choices, required=False, default=SourceType.AGENT_INFERENCE
+    )
+    source_ref = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
+    authority = serializers.ChoiceField(
+        choices=Authority.choices,
+        required=False,
+        help_text="Defaults from source_type (operator > system_observation > user_statement > "
+        "tool_result > agent_inference > third_party).",
+    )
+    confidence = StrictFloatField(min_value=0.0, max_value=1.0, required=False, default=1.0)
