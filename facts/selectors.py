@@ -138,26 +138,37 @@ def predicate_value_samples(*, agent: Agent, per_predicate: int = 8) -> dict[uui
         SELECT p.id, v.object_value::text
         FROM {Predicate._meta.db_table} p
         CROSS JOIN LATERAL (
-            SELECT f.object_value FROM {Fact._meta.db_table} f
-            WHERE f.predicate_id = p.id AND f.object_value IS NOT NULL
+            -- A bounded look: a relation's rows have no value to find.
+            SELECT s.object_value FROM (
+                SELECT f.object_value FROM {Fact._meta.db_table} f
+                WHERE f.predicate_id = p.id LIMIT %(look)s
+            ) s
+            WHERE s.object_value IS NOT NULL
             LIMIT %(n)s
         ) v
         WHERE p.agent_id = %(agent)s
     """
     samples: dict[uuid.UUID, list] = {}
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"agent": agent.pk, "n": per_predicate})
+        cursor.execute(sql, {"agent": agent.pk, "n": per_predicate, "look": 4 * per_predicate})
         for predicate_id, value in cursor.fetchall():
             samples.setdefault(predicate_id, []).append(json.loads(value))
     return samples
+
+
+STATED_TOGETHER_SUBJECTS = 5000
 
 
 def predicates_stated_together(
     *, agent: Agent, predicate_id: uuid.UUID, others: Iterable[uuid.UUID]
 ) -> set[uuid.UUID]:
     """Which of `others` were ever stated about a subject that `predicate_id`
-    was also stated about (any version): two attributes, not one under two names."""
-    subjects = Fact.objects.filter(agent=agent, predicate_id=predicate_id).values("subject_id")
+    was also stated about (any version, among up to `STATED_TOGETHER_SUBJECTS`
+    of its subjects, so that the cost is bounded): two attributes, not one
+    under two names."""
+    subjects = Fact.objects.filter(agent=agent, predicate_id=predicate_id).values("subject_id")[
+        :STATED_TOGETHER_SUBJECTS
+    ]
     return set(
         Fact.objects.filter(agent=agent, predicate_id__in=list(others), subject_id__in=subjects)
         .values_list("predicate_id", flat=True)
