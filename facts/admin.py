@@ -81,10 +81,22 @@ class EntityAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 class PredicateForm(forms.ModelForm):
+    # One question a line: a question may hold the comma the aliases are split on.
+    examples = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text="One question a line, about 'it': How far along is it?",
+    )
+
     class Meta:
         model = Predicate
-        fields = ["volatility_seconds", "description", "aliases"]
+        fields = ["volatility_seconds", "description", "aliases", "examples"]
         help_texts = {"aliases": "Comma-separated words or phrases: due, due by"}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["examples"] = "\n".join(self.instance.examples)
 
     def clean_volatility_seconds(self):
         value = self.cleaned_data["volatility_seconds"]
@@ -98,6 +110,13 @@ class PredicateForm(forms.ModelForm):
     def clean_aliases(self):
         try:
             return services.clean_aliases(self.cleaned_data["aliases"])
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.message) from exc
+
+    def clean_examples(self):
+        lines = [line for line in self.cleaned_data["examples"].splitlines() if line.strip()]
+        try:
+            return services.clean_examples(lines)
         except InvalidInput as exc:
             raise forms.ValidationError(exc.message) from exc
 
@@ -130,6 +149,7 @@ class PredicateAdmin(admin.ModelAdmin):
         "volatility_seconds",
         "description",
         "aliases",
+        "examples",
         "created_at",
     ]
 
@@ -146,6 +166,7 @@ class PredicateAdmin(admin.ModelAdmin):
             volatility_seconds=form.cleaned_data["volatility_seconds"],
             description=form.cleaned_data["description"],
             aliases=form.cleaned_data["aliases"],
+            examples=form.cleaned_data["examples"],
             provenance=services.Provenance(
                 source_type=SourceType.OPERATOR, actor=request.user.get_username()
             ),

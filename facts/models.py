@@ -113,6 +113,8 @@ MAX_PREDICATE_ALIASES = 20
 # A value trusted for longer than a century is trusted forever: say null.
 MAX_VOLATILITY_SECONDS = 100 * 365 * 86400
 MAX_PREDICATE_ALIAS_CHARS = 100
+MAX_PREDICATE_EXAMPLES = 10
+MAX_PREDICATE_EXAMPLE_CHARS = 200
 
 
 class Predicate(models.Model):
@@ -137,6 +139,13 @@ class Predicate(models.Model):
         blank=True,
         help_text="Other words a question may use for it ('due', 'due by' for a deadline): "
         "recall takes a question that uses one as asking for this predicate.",
+    )
+    examples = ArrayField(
+        models.CharField(max_length=MAX_PREDICATE_EXAMPLE_CHARS),
+        default=list,
+        blank=True,
+        help_text="Questions that ask for it, about 'it' ('How far along is it?' for a "
+        "progress): recall compares a question naming a subject with these by meaning.",
     )
     created_at = models.DateTimeField()
     source_event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")

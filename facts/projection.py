@@ -175,6 +175,7 @@ def _predicate_defined(event: Event, store: Store) -> Applied:
         "volatility_seconds": p["volatility_seconds"],
         "description": p["description"],
         "aliases": p.get("aliases", []),  # events before aliases existed have none
+        "examples": p.get("examples", []),  # nor examples
     }
     predicate, created = Predicate.objects.update_or_create(
         id=uuid.UUID(p["predicate_id"]),
@@ -1152,6 +1153,7 @@ class _ReplayStore(Store):
             volatility_seconds=p_["volatility_seconds"],
             description=p_["description"],
             aliases=p_.get("aliases", []),
+            examples=p_.get("examples", []),
         )
 
     def order_from(self, event: Event) -> None:

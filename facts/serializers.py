@@ -32,6 +32,8 @@ from piper.provenance import Authority, SourceType
 from .models import (
     MAX_PREDICATE_ALIAS_CHARS,
     MAX_PREDICATE_ALIASES,
+    MAX_PREDICATE_EXAMPLE_CHARS,
+    MAX_PREDICATE_EXAMPLES,
     MAX_VOLATILITY_SECONDS,
     Cardinality,
     Fact,
@@ -155,6 +157,14 @@ class PredicateDefineInputSerializer(StrictSerializer):
         "deadline): recall takes a question that uses one as asking for it. Replaces the "
         "list; [] removes them.",
     )
+    examples = serializers.ListField(
+        child=StrictCharField(max_length=MAX_PREDICATE_EXAMPLE_CHARS),
+        required=False,
+        max_length=MAX_PREDICATE_EXAMPLES,
+        help_text="Questions that ask for this predicate, about 'it' ('How far along is it?' "
+        "for a progress): recall compares a question that names a subject with these by "
+        "meaning. Replaces the list; [] removes them.",
+    )
 
 
 class PredicateOutputSerializer(serializers.Serializer):
@@ -165,6 +175,7 @@ class PredicateOutputSerializer(serializers.Serializer):
     volatility_seconds = serializers.IntegerField(allow_null=True)
     description = serializers.CharField()
     aliases = serializers.ListField(child=serializers.CharField())
+    examples = serializers.ListField(child=serializers.CharField())
     created_at = serializers.DateTimeField()
     source_event_id = serializers.UUIDField()
 

@@ -14,7 +14,7 @@ from .authority import authority_order_set
 from .common import MAX_BATCH, MAX_NAME, MISSING, OPERATOR, EntityRef, Provenance
 from .corrections import contest_resolve, fact_correct, fact_end, fact_retract
 from .entities import entity_alias_add, entity_create
-from .predicates import PREDICATE_NAME, clean_aliases, predicate_define
+from .predicates import PREDICATE_NAME, clean_aliases, clean_examples, predicate_define
 from .rebuild import rebuild_projection
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Provenance",
     "authority_order_set",
     "clean_aliases",
+    "clean_examples",
     "contest_resolve",
     "entity_alias_add",
     "entity_create",

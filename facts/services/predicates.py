@@ -71,12 +71,16 @@ def predicate_define(
     volatility_seconds: int | None | Any = MISSING,
     description: str | None = None,
     aliases: Sequence[str] | None = None,
+    examples: Sequence[str] | None = None,
     provenance: Provenance = OPERATOR,
 ) -> Predicate:
     """Create a predicate, or change one. Unchanged definitions write nothing.
 
     `aliases`: other words a question may use for it (recall, recall/about.py);
-    trimmed, lower-cased, each once, in the order given.
+    trimmed, lower-cased, each once, in the order given. `examples`:
+    questions that ask for it, about "it" ("How far along is it?"), which
+    recall compares by meaning with a question that names a subject; trimmed,
+    each once, in the order given.
 
     Raises Conflict (cardinality_conflict / value_type_conflict) when existing
     believed facts would break under the new definition.
@@ -106,6 +110,8 @@ def predicate_define(
         )
     if aliases is not None:
         aliases = clean_aliases(aliases)
+    if examples is not None:
+        examples = clean_examples(examples)
     with transaction.atomic():
         current = Predicate.objects.select_for_update().filter(agent=agent, name=name).first()
         definition = {
@@ -122,6 +128,9 @@ def predicate_define(
             if description is not None
             else (current.description if current else ""),
             "aliases": aliases if aliases is not None else (current.aliases if current else []),
+            "examples": (
+                examples if examples is not None else (current.examples if current else [])
+            ),
         }
         if current:
             unchanged = all(
@@ -132,6 +141,7 @@ def predicate_define(
                     "volatility_seconds",
                     "description",
                     "aliases",
+                    "examples",
                 )
             )
             if unchanged:
@@ -163,6 +173,34 @@ def clean_aliases(aliases: Any) -> list[str]:
                 f"each alias is a word or phrase of 1 to {MAX_PREDICATE_ALIAS_CHARS} characters "
                 f"(got {alias!r})",
                 details={"aliases": ["invalid alias"]},
+            )
+        if text not in cleaned:
+            cleaned.append(text)
+    return cleaned
+
+
+def clean_examples(examples: Any) -> list[str]:
+    from ..models import MAX_PREDICATE_EXAMPLE_CHARS, MAX_PREDICATE_EXAMPLES
+
+    if isinstance(examples, str) or not isinstance(examples, Sequence):
+        raise InvalidInput(
+            'examples must be a list of questions about "it", e.g. ["How far along is it?"]',
+            details={"examples": ["not a list"]},
+        )
+    if len(examples) > MAX_PREDICATE_EXAMPLES:
+        raise InvalidInput(
+            f"at most {MAX_PREDICATE_EXAMPLES} example questions per predicate "
+            f"(got {len(examples)})",
+            details={"examples": ["too many"]},
+        )
+    cleaned: list[str] = []
+    for example in examples:
+        text = " ".join(example.split()) if isinstance(example, str) else ""
+        if not text or len(text) > MAX_PREDICATE_EXAMPLE_CHARS:
+            raise InvalidInput(
+                f"each example is a question of 1 to {MAX_PREDICATE_EXAMPLE_CHARS} characters "
+                f"(got {example!r})",
+                details={"examples": ["invalid example"]},
             )
         if text not in cleaned:
             cleaned.append(text)

@@ -103,6 +103,7 @@ def predicate_body(predicate: Predicate) -> dict:
         "volatility_seconds": predicate.volatility_seconds,
         "description": predicate.description,
         "aliases": predicate.aliases,
+        "examples": predicate.examples,
         "created_at": iso(predicate.created_at),
         "source_event_id": str(predicate.source_event_id),
     }

@@ -399,3 +399,19 @@ def test_admin_index_lists_the_facts_app(admin_client, memory):
     assert "Facts (semantic memory)" in page
     for model in MODELS:
         assert changelist(model) in page
+
+
+def test_predicate_example_questions_one_a_line(admin_client, memory):
+    predicate = memory["lives_in"]
+    url = change_page("predicate", predicate.pk)
+    examples = "Where does it live?\r\n\r\n  In which city, or town, is it?  \r\n"
+    response = admin_client.post(url, {"description": "", "examples": examples})
+    assert response.status_code == 302
+    predicate.refresh_from_db()
+    assert predicate.examples == ["Where does it live?", "In which city, or town, is it?"]
+    page = admin_client.get(url)
+    shown = page.context["adminform"].form.initial["examples"]
+    assert shown == "Where does it live?\nIn which city, or town, is it?"
+    too_long = admin_client.post(url, {"description": "", "examples": "x" * 201})
+    assert too_long.status_code == 200
+    assert "examples" in too_long.context["adminform"].form.errors

@@ -325,6 +325,40 @@ class TestPredicates:
         assert response.json()["error"]["message"].startswith(field.split(".")[0])
         assert facts_state() == before
 
+    def test_example_questions_are_declared_replaced_and_cleared(self, client_a):
+        asked = ["How far along is it?", "  What stage is it at? ", "How far along is it?"]
+        created = put(client_a, "/api/v1/predicates/progress", {"examples": asked})
+        assert (created.status_code, created.json()["examples"]) == (
+            201,
+            ["How far along is it?", "What stage is it at?"],
+        )
+        before = facts_state()
+        same = put(client_a, "/api/v1/predicates/progress", {"examples": asked[:2]})
+        assert (same.status_code, same.json()) == (200, created.json())
+        assert facts_state() == before  # the same examples again write nothing
+        kept = put(client_a, "/api/v1/predicates/progress", {"aliases": ["stage"]})
+        assert kept.json()["examples"] == ["How far along is it?", "What stage is it at?"]
+        cleared = put(client_a, "/api/v1/predicates/progress", {"examples": []})
+        assert cleared.json()["examples"] == []
+
+    @pytest.mark.parametrize(
+        ("examples", "field"),
+        [
+            ("How far along is it?", "examples"),
+            (["x" * 201], "examples.0"),
+            (["Where is it?"] * 11, "examples"),
+            ([" "], "examples"),
+            ([7], "examples.0"),
+        ],
+    )
+    def test_bad_examples_are_refused_and_write_nothing(self, client_a, examples, field):
+        before = facts_state()
+        response = put(client_a, "/api/v1/predicates/progress", {"examples": examples})
+        assert response.status_code == 400, response.json()
+        assert response.json()["error"]["code"] == "invalid"
+        assert response.json()["error"]["message"].startswith(field.split(".")[0])
+        assert facts_state() == before
+
     def test_defaults_and_list_by_name(self, client_a):
         for name in ("works_for", "age"):
             assert put(client_a, f"/api/v1/predicates/{name}", {}).status_code == 201
@@ -400,7 +434,8 @@ class TestPredicates:
             (
                 {"name": "x"},
                 "name",
-                "unknown field; allowed: aliases, cardinality, description, value_type, volatility_seconds",
+                "unknown field; allowed: aliases, cardinality, description, examples, value_type, "
+                "volatility_seconds",
             ),
         ],
     )

@@ -62,7 +62,14 @@ def write_history(agent) -> None:
     """Every kind of write the facts services make, in an order that exercises them."""
     alice = entity_create(agent=agent, name="Alice", entity_type="person", aliases=["Ally"])
     entity_alias_add(agent=agent, entity=alice, alias="Al")
-    predicate_define(agent=agent, name="lives_in", value_type="string", volatility_seconds=86400)
+    predicate_define(
+        agent=agent,
+        name="lives_in",
+        value_type="string",
+        volatility_seconds=86400,
+        aliases=["home"],
+        examples=["Where does it live?"],
+    )
     authority_order_set(agent=agent, order=[OP, US])
     # Supersession, late evidence, confirmation.
     claim(agent, alice, "lives_in", "Paris", at(2018), authority=US)

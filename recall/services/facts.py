@@ -188,7 +188,7 @@ MEANING_SUBJECT_MARGIN = 0.03
 
 
 def predicate_similarity(ask: Ask, named) -> PredicateSimilarity | None:
-    """How near each of the agent's predicates (its name, or an alias) is to
+    """How near each of the agent's predicates (its name, an alias or an example question) is to
     what the question asks of the subject it names; None when it names none."""
     from facts.models import Predicate
     from facts.selectors import predicate_value_samples
@@ -196,7 +196,9 @@ def predicate_similarity(ask: Ask, named) -> PredicateSimilarity | None:
     if not named:
         return None
     rows = list(
-        Predicate.objects.filter(agent=ask.agent).values_list("id", "name", "aliases", "value_type")
+        Predicate.objects.filter(agent=ask.agent).values_list(
+            "id", "name", "aliases", "value_type", "examples"
+        )
     )
     if not rows:
         return None
@@ -208,13 +210,15 @@ def predicate_similarity(ask: Ask, named) -> PredicateSimilarity | None:
     kinds: dict[uuid.UUID, about.PredicateKinds] = {}
     question = about.Question.of(ask.query, ())
     declared: set[uuid.UUID] = set()
-    for predicate_id, name, aliases, value_type in rows:
+    for predicate_id, name, aliases, value_type, examples in rows:
         kinds[predicate_id] = about.predicate_kinds(
             name, aliases, values.get(predicate_id, ()), value_type
         )
         phrases += [
             (predicate_id, about.as_question(n, kinds[predicate_id].of)) for n in (name, *aliases)
         ]
+        # The questions the agent said ask for it, as it wrote them (about "it").
+        phrases += [(predicate_id, example) for example in examples]
         if kinds[predicate_id].competes_for(kinds_asked, refused):
             competing.add(predicate_id)
             if about.declared_for(question, name, aliases):

@@ -258,3 +258,17 @@ def test_an_amount_does_not_answer_how_many(agent):
     assert result.evidence == [], [(e.text, e.signals.get("about")) for e in result.evidence]
     result = recall(agent=agent, query="How much money does the Glade guild have?")
     assert current_values(result)[:1] == ["7500 USD"]
+
+
+def test_an_example_question_teaches_recall_a_phrasing(agent):
+    claim(agent, "Dune redesign", "progress", "in review", at(2024))
+    claim(agent, "Dune redesign", "delivery_date", "June 2", at(2024))
+    claim(agent, "Kite audit", "progress", "planning", at(2024))
+    fact_texts_refresh(agent_id=agent.pk, embed="now")
+    question = "How far along is the Dune redesign?"
+    before = recall(agent=agent, query=question)
+    assert current_values(before)[:1] != ["in review"]  # the embedding reads a date into it
+    predicate_define(agent=agent, name="progress", examples=["How far along is it?"])
+    after = recall(agent=agent, query=question)
+    assert current_values(after)[:1] == ["in review"], after.details
+    assert after.evidence[0].signals["about"]["predicate"] == "meaning"

@@ -127,6 +127,7 @@ class Predicate(ApiModel):
     volatility_seconds: int | None
     description: str
     aliases: list[str] = []
+    examples: list[str] = []
     created_at: datetime
     source_event_id: str
 

@@ -137,8 +137,9 @@ class Predicates(Resource):
     def define(self, name: str, **definition: Any) -> m.Predicate:
         """Create or change a predicate: cardinality ("one"/"many"), value_type,
         volatility_seconds, description, aliases (other words a question may use for
-        it: recall takes a question that uses one as asking for it). Fields left out
-        keep their value."""
+        it: recall takes a question that uses one as asking for it), examples
+        (questions about "it" that ask for it: "How far along is it?"). Fields left
+        out keep their value."""
         return put(f"/predicates/{name}", m.Predicate, body(**definition))
 
     @operation
