@@ -5,46 +5,22 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import random
-import time
 from collections.abc import Callable
 
 from django.conf import settings
-from django.db import OperationalError, connection, transaction
-from psycopg import errors as pg_errors
+from django.db import connection
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from piper import appends
 from piper.errors import Gone, InvalidInput, Unprocessable
+from piper.transactions import run_write
 
 from .models import IdempotencyRecord
 from .rendering import JSONRenderer
 
 HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
-# A write PostgreSQL cancelled to break a deadlock (or a serialization failure)
-# was rolled back whole: it is run again, up to this many times in all, before
-# the error reaches the client. Lock orders are kept consistent, so this is for
-# the rare cycle they do not rule out (docs: intentions' dependency cascades).
-WRITE_ATTEMPTS = 3
-_RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
-
-
-def atomic_retrying(write: Callable[[], Response]) -> Response:
-    """`write()` in one transaction, run again if PostgreSQL broke a deadlock with it.
-
-    Inside a caller's transaction the block is a savepoint. Rolling back to it
-    keeps the outer transaction usable, so the retry is sound there too."""
-    for attempt in range(1, WRITE_ATTEMPTS + 1):
-        try:
-            with transaction.atomic():
-                return write()
-        except OperationalError as exc:
-            if attempt == WRITE_ATTEMPTS or not isinstance(exc.__cause__, _RETRYABLE):
-                raise
-            time.sleep(random.uniform(0.005, 0.02) * attempt)  # let the other side finish
-    raise AssertionError("unreachable")
 
 
 def _fingerprint(request: Request) -> str:
@@ -67,6 +43,9 @@ def idempotent_write(
 ) -> Response:
     """Run `write` in one transaction; with an Idempotency-Key, at most once per key.
 
+    The request owns the transaction and its retries (piper.transactions.run_write):
+    a deadlock or a lost race runs the whole write again, key claim included.
+
     The key is claimed with INSERT … ON CONFLICT DO NOTHING inside the write's
     transaction: a concurrent retry waits for the first to commit, then replays
     its answer; if the first rolls back, the retry does the write itself.
@@ -75,7 +54,7 @@ def idempotent_write(
     """
     key = request.headers.get(HEADER)
     if key is None:
-        return atomic_retrying(write)
+        return run_write(write)
     if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
         raise InvalidInput(
             f"{HEADER} must be 1-{MAX_KEY_LENGTH} printable characters",
@@ -114,7 +93,7 @@ def idempotent_write(
         )
         return response
 
-    return atomic_retrying(claimed_write)
+    return run_write(claimed_write)
 
 
 def _claim(*, agent_id, key: str, fingerprint: str) -> tuple[IdempotencyRecord, bool]:

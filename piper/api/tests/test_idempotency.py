@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import connection
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,9 +16,10 @@ from conftest import make_client
 from ledger import services as ledger_services
 from ledger.models import Event
 from ledger.tests.helpers import error, ledger_state
-from piper.api.idempotency import WRITE_ATTEMPTS, atomic_retrying, idempotent_write
+from piper.api.idempotency import idempotent_write
 from piper.api.models import IdempotencyRecord
 from piper.api.services import idempotency_records_erase, idempotency_records_purge
+from piper.transactions import RaceLost, run_write
 
 pytestmark = pytest.mark.django_db
 
@@ -225,7 +226,8 @@ def test_concurrent_retries_write_exactly_one_event(monkeypatch):
     assert IdempotencyRecord.objects.filter(key="race-1").count() == 1
 
 
-# --- a write PostgreSQL cancelled to break a deadlock is run again --------------------
+# --- a write PostgreSQL cancelled to break a deadlock is run again, key claim included
+# (the retries themselves: piper/tests/test_transactions.py)
 
 
 def _raise_in_postgres(sqlstate: str) -> None:
@@ -245,37 +247,6 @@ def _append_then_fail(agent, attempts: list, failures: int, sqlstate: str = "40P
     return write
 
 
-@pytest.mark.parametrize("sqlstate", ["40P01", "40001"])  # deadlock, serialization failure
-def test_a_deadlocked_write_is_run_again_and_only_its_last_run_is_kept(client_a, sqlstate):
-    attempts: list = []
-
-    response = atomic_retrying(_append_then_fail(client_a.agent, attempts, 2, sqlstate))
-
-    assert response.data == {"attempts": 3}
-    assert list(
-        Event.objects.filter(agent=client_a.agent).values_list("event_type", flat=True)
-    ) == ["attempt.3"]
-
-
-def test_a_write_deadlocked_every_time_gives_up_after_the_last_attempt(client_a):
-    attempts: list = []
-
-    with pytest.raises(OperationalError):
-        atomic_retrying(_append_then_fail(client_a.agent, attempts, WRITE_ATTEMPTS))
-
-    assert len(attempts) == WRITE_ATTEMPTS
-    assert not Event.objects.filter(agent=client_a.agent).exists()
-
-
-def test_other_database_errors_are_not_retried(client_a):
-    attempts: list = []
-
-    with pytest.raises(OperationalError):
-        atomic_retrying(_append_then_fail(client_a.agent, attempts, 1, "57014"))  # cancelled
-
-    assert len(attempts) == 1
-
-
 def test_a_keyed_write_retried_after_a_deadlock_keeps_one_record_and_one_answer(client_a):
     from rest_framework.test import APIRequestFactory
 
@@ -291,3 +262,36 @@ def test_a_keyed_write_retried_after_a_deadlock_keeps_one_record_and_one_answer(
     assert response.data == {"attempts": 2}
     record = IdempotencyRecord.objects.get(agent=client_a.agent, key="deadlock-1")
     assert (record.response_status, record.response_body) == (201, {"attempts": 2})
+    kept = Event.objects.get(agent=client_a.agent)
+    assert (kept.event_type, record.event_ids) == ("attempt.2", [kept.pk])
+
+
+def test_a_keyed_write_whose_service_lost_a_race_is_run_again_whole(client_a):
+    """The request owns the retry: a service's run_write inside it that lost a
+    race does not retry on its own; the whole write, key claim included, runs again."""
+    from rest_framework.test import APIRequestFactory
+
+    runs: list = []
+
+    def service():
+        runs.append(1)
+        ledger_services.event_append(agent=client_a.agent, event_type=f"attempt.{len(runs)}")
+        if len(runs) == 1:
+            raise RaceLost("lost")
+        return len(runs)
+
+    def write():
+        return Response({"attempts": run_write(service)}, status=201)
+
+    request = Request(
+        APIRequestFactory().post("/x", {}, format="json", HTTP_IDEMPOTENCY_KEY="race-2"),
+        parsers=[JSONParser()],
+    )
+    request.user = client_a.agent
+
+    response = idempotent_write(request, write)
+
+    assert response.data == {"attempts": 2}
+    record = IdempotencyRecord.objects.get(agent=client_a.agent, key="race-2")
+    kept = Event.objects.get(agent=client_a.agent)
+    assert (kept.event_type, record.event_ids) == ("attempt.2", [kept.pk])
