@@ -6,7 +6,7 @@ write goes through. Each write validates completely, then appends its ledger
 events and applies them to the projection (`facts/projection.py`) in one
 transaction; writers of one (agent, subject, predicate) queue on an advisory
 lock taken after the agent's chain, and a write that still meets a constraint
-is retried. Each module imports only those below it (pyproject.toml's
+lost a race: it is run again (piper.transactions.run_write). Each module imports only those below it (pyproject.toml's
 import-linter contract). Callers import from `facts.services`."""
 
 from .assertion import ClaimInput, fact_assert, facts_assert

@@ -29,8 +29,8 @@ from .common import (
     EntityRef,
     Provenance,
     append_and_apply,
+    run_facts_write,
     safety_payload,
-    with_retry,
 )
 from .entities import parse_entity_id, resolve_entities
 from .predicates import PREDICATE_NAME, value_error
@@ -87,10 +87,10 @@ def facts_assert(*, agent: Agent, claims: Sequence[ClaimInput]) -> list[p.Applie
         )
 
     def write() -> list[p.Applied]:
-        # The agent's chain first, then the pairs (as every facts writer): a
-        # retry after meeting a constraint runs in the same transaction, and
-        # writers queued on its chain lock stay queued until it commits — had
-        # one of them taken a pair this retry needs, that was a deadlock.
+        # The agent's chain first, then the pairs (as every facts writer): run
+        # again after a lost race inside a caller's transaction, a write still
+        # holds the chain, and writers queued on it stay queued until it commits
+        # — had one of them taken a pair the rerun needs, that was a deadlock.
         chain_lock(agent=agent)
         plan = _plan(agent, claims)
         p.lock_pairs(agent.pk, plan.locks)
@@ -108,7 +108,7 @@ def facts_assert(*, agent: Agent, claims: Sequence[ClaimInput]) -> list[p.Applie
             starts[pair] = min(start, starts.get(pair, start))
         return append_and_apply(agent=agent, drafts=drafts, preload=starts)[first_assert:]
 
-    return with_retry(write)
+    return run_facts_write(write)
 
 
 def fact_assert(*, agent: Agent, claim: ClaimInput) -> p.Applied:

@@ -1,29 +1,29 @@
 """What the facts services share: provenance, the size limits, and the one way a
-write appends its events and applies them, retried when a concurrent writer's
+write appends its events and applies them, run again when a concurrent writer's
 row got in first."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 
 from ledger.services import EventDraft, events_append
 from piper import safety
-from piper.errors import Conflict
 from piper.provenance import PrivacyClass, RetentionClass, SourceType
 from piper.tenancy.models import Agent
+from piper.transactions import RaceLost, run_write
 
 from .. import projection as p
 
 MAX_NAME = 300
 MAX_BATCH = 1000
-CONSTRAINT_RETRIES = 3
 MISSING: Any = object()
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ def append_and_apply(
     return applied
 
 
-# Constraints a concurrent writer can make us meet; a retry re-plans and
-# then sees the other's row (its version, or the entity it just named).
+# Constraints a concurrent writer can make us meet; the write run again
+# re-plans and then sees the other's row (its version, or the entity it just named).
 RETRYABLE_CONSTRAINTS = (
     "facts_one_believed_value_at_a_time",
     "facts_alias_unique_ci",
@@ -88,21 +88,22 @@ RETRYABLE_CONSTRAINTS = (
 )
 
 
-def with_retry(write):
-    """Run `write` in a savepoint; retry when a concurrent writer's row got in first."""
-    for attempt in range(CONSTRAINT_RETRIES):
+def run_facts_write(write: Callable[[], T]) -> T:
+    """`write` as one write (piper.transactions.run_write); meeting one of
+    RETRYABLE_CONSTRAINTS is a lost race, which the outermost run_write runs again
+    (and answers Conflict `concurrent_write` if it keeps losing)."""
+
+    def checked() -> T:
         try:
-            with transaction.atomic():
-                return write()
+            return write()
         except IntegrityError as exc:
             if not any(name in str(exc) for name in RETRYABLE_CONSTRAINTS):
                 raise  # a bug, not a race: let it surface
-            if attempt == CONSTRAINT_RETRIES - 1:
-                raise Conflict(
-                    "another write to the same fact kept getting there first; retry the request",
-                    code="concurrent_write",
-                ) from exc
-    raise AssertionError("unreachable")
+            raise RaceLost(
+                "another write to the same fact kept getting there first; retry the request"
+            ) from exc
+
+    return run_write(checked)
 
 
 def safety_payload(value: Any) -> dict:

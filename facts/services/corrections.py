@@ -24,8 +24,8 @@ from .common import (
     Provenance,
     a_or_an,
     append_and_apply,
+    run_facts_write,
     safety_payload,
-    with_retry,
 )
 from .entities import parse_entity_id, resolve_entities
 from .predicates import value_error
@@ -79,7 +79,7 @@ def fact_retract(
         draft = provenance.draft(p.RETRACTED, {"fact_id": str(fact.pk), "reason": reason})
         return append_and_apply(agent=agent, drafts=[draft])[0]
 
-    return with_retry(write)
+    return run_facts_write(write)
 
 
 def fact_correct(
@@ -125,7 +125,7 @@ def fact_correct(
             payload.update(safety_payload(value))
         return append_and_apply(agent=agent, drafts=[provenance.draft(p.CORRECTED, payload)])[0]
 
-    return with_retry(write)
+    return run_facts_write(write)
 
 
 def fact_end(
@@ -157,7 +157,7 @@ def fact_end(
         )
         return append_and_apply(agent=agent, drafts=[draft])[0]
 
-    return with_retry(write)
+    return run_facts_write(write)
 
 
 def _default_authority(provenance: Provenance) -> str:
@@ -182,4 +182,4 @@ def contest_resolve(
         )
         return append_and_apply(agent=agent, drafts=[draft])[0]
 
-    return with_retry(write)
+    return run_facts_write(write)
