@@ -99,7 +99,7 @@ def agent_with_key(name: str, scopes=("read", "write", "admin")) -> tuple[object
 
 def deadlocks() -> int:
     """Deadlocks PostgreSQL has broken in this database so far (pg_stat_database).
-    The API runs such a write again (piper.api.idempotency.atomic_retrying), so
+    The API runs such a write again (piper.transactions.run_write), so
     a client never sees one unless it recurs; the count shows how often it did."""
     from django.db import connection
 
