@@ -258,7 +258,7 @@ def test_first_writers_of_a_new_fact_inside_a_request_transaction_do_not_deadloc
 
     def write(i):
         for n in range(3):
-            with transaction.atomic():  # as idempotent_write wraps the request
+            with transaction.atomic():  # a caller's transaction: the rerun is a savepoint of it
                 claim(agent, "Storm", "storm.value", f"v{i}-{n}")
 
     outcomes = race(10, write)
