@@ -1,10 +1,11 @@
 """Fusion: the candidates' lists, their fused score, and the evidence abstention weighs.
 
 Each list ranks the candidates by one signal (`_text_list`, `_vector_list`,
-`_recency_list`, `_entity_list`) and reciprocal rank fusion adds
+`_recency_list`, `_entity_list`, `_actor_list`) and reciprocal rank fusion adds
 SIGNAL_WEIGHTS[list] × contribution / (RRF_K + position): positions, not raw
 scores, so signals on different scales combine without calibration. A new
-signal is a new function and a weight.
+signal is a new function and a weight. A list in FLAT_SIGNALS is a match, not
+a ranking: each of its candidates counts as first.
 
 Evidence comes in sessions: an episode's neighbours lend it CONTEXT_WEIGHTS
 of their text rank, coverage and similarity (episodes.retrieval.session_context),
@@ -44,8 +45,17 @@ SIGNAL_WEIGHTS: dict[str, float] = {
     "text": 1.5,
     "vector": 1.0,
     "entities": 0.5,
+    "actors": 0.25,
     "recency": 0.05,
 }
+# "actors": the episodes whose actor the question names, all as first (FLAT_SIGNALS).
+# 0.25 puts the named actor's rollout above the same rollout led by someone
+# else (suite B, disambiguation by person) and lifts LoCoMo R@10 0.736 -> 0.751;
+# 0.5 gained no more there and cost its adversarial questions (which name the
+# wrong speaker) 0.851 -> 0.771 instead of -> 0.826.
+# Lists whose candidates all count as first: an episode's actor either is one
+# the question names or it is not; no order among them is the list's to give.
+FLAT_SIGNALS = frozenset({"actors"})
 # A text match contributes coverage ** TEXT_COVERAGE_POWER of the text weight.
 TEXT_COVERAGE_POWER = 2
 RECENCY_HALF_LIFE_DAYS = 30.0
@@ -97,12 +107,14 @@ class _Key:
         "use_count",
         "last_used_at",
         "authority",
+        "actor",
         "tiebreak",
     )
 
     def __init__(self, columns: Sequence[str], row: Sequence) -> None:
         self.session_id = self.occurred_at = self.source_id = self.ordinal = None
         self.salience = self.use_count = self.last_used_at = self.authority = None
+        self.actor = None
         for column, value in zip(columns, row, strict=True):
             setattr(self, "pk" if column == "id" else column, value)
         if self.occurred_at is not None:
@@ -162,12 +174,25 @@ def _entity_list(cands: list[_Candidate], **_) -> list[_Candidate]:
     return sorted(ranked, key=lambda c: (-c.shared, *c.obj.tiebreak))
 
 
-# The lists each kind of search fuses; an entity list only when entities are given.
+def _actor_list(cands: list[_Candidate], *, actors: Sequence[str] = (), **_) -> list[_Candidate]:
+    """The episodes whose actor the question names (query_analysis.actors_named).
+    The names are left out of the query vector, so without this list only the
+    full text would tell "the rollout Ana led" from the same rollout led by
+    someone else, and a vector match on the rest of the question outweighs it."""
+    named = set(actors)
+    for c in cands:
+        c.signals["named_actor"] = int(c.obj.actor in named)
+    return [c for c in cands if c.obj.actor in named]
+
+
+# The lists each kind of search fuses; an entity list only when entities are
+# given, an actor list only when the question names one of the agent's actors.
 EPISODE_SIGNALS = {
     "text": _text_list,
     "vector": _vector_list,
     "recency": _recency_list,
     "entities": _entity_list,
+    "actors": _actor_list,
 }
 CHUNK_SIGNALS = {"text": _text_list, "vector": _vector_list}
 
@@ -185,7 +210,9 @@ def _contribution(name: str, c: _Candidate) -> float:
 def _fuse(lists: dict[str, list[_Candidate]]) -> None:
     for name, ranked in lists.items():
         weight = SIGNAL_WEIGHTS[name]
+        flat = name in FLAT_SIGNALS
         for position, c in enumerate(ranked, start=1):
+            position = 1 if flat else position
             c.signals[f"{name}_position"] = position
             c.score += weight * _contribution(name, c) / (RRF_K + position)
 

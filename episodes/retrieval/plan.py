@@ -177,6 +177,7 @@ def _episode_spec(agent: Agent, filters: SearchFilters) -> _Spec:
                 "use_count",
                 "last_used_at",
                 "authority",
+                "actor",
             ],
         ),
         live=f"e.status = '{EpisodeStatus.ACTIVE}'",

@@ -7,8 +7,11 @@ alike to it, and the words that tell them apart weigh little. `dense_query_text`
 removes the names of the agent's own actors (whole words, with a possessive
 "'s") from the text the query vector is computed from; `query_vector` is the
 one place episode search takes its query vector from. The full-text list still
-sees the names (an episode's actor is in its search vector), and filters by
-actor stay the caller's to set.
+sees the names (an episode's actor is in its search vector), and episode
+search fuses one more list, the episodes whose actor the query names
+(`actors_named`; fusion._actor_list), so the name still tells "the rollout Ana
+led" from the same rollout led by someone else. Filters by actor stay the
+caller's to set.
 
 On LoCoMo this is the largest single gain for the dense list (docs/benchmarks.md).
 
@@ -150,12 +153,15 @@ def query_vector(
     query: str,
     embedder: Embedder,
     whole: Callable[[], list[float]] | None = None,
+    analysis: QueryAnalysis | None = None,
 ) -> list[float]:
     """The vector this agent's episode search compares with for `query`: the
     query embedded without the names of the agent's actors. `whole` gives the
     whole query's vector when the caller has one (called only if needed); it
-    is the answer when the query names none of them."""
-    analysis = analyse_query(agent_id=agent_id, query=query)
+    is the answer when the query names none of them. `analysis` is the
+    query's analysis when the caller has made it."""
+    if analysis is None:
+        analysis = analyse_query(agent_id=agent_id, query=query)
     if whole is not None and not analysis.actors_named:
         return whole()
     return embedder.embed_one(analysis.dense_text)

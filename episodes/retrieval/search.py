@@ -33,7 +33,7 @@ from .fusion import (
 )
 from .hits import _canonical_hits, _episodes_by_id, _full_rows
 from .plan import _chunk_spec, _episode_spec, _Spec
-from .query_analysis import query_vector
+from .query_analysis import analyse_query, query_vector
 from .types import MAX_LIMIT, MAX_QUERY_CHARS, Hit, SearchFilters, SearchResult
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ def _search(
     now: datetime | None,
     abstain: bool,
     signals: dict[str, Callable[..., list[_Candidate]]],
+    actors: Sequence[str] = (),
 ) -> SearchResult:
     k = min(max(limit * CANDIDATES_PER_HIT, MIN_CANDIDATES), MAX_CANDIDATES)
     context = spec.kind == "episode" and _uses_session_context()
@@ -119,9 +120,9 @@ def _search(
     now = now or timezone.now()
     lists = {}
     for name, signal in signals.items():
-        if name == "entities" and not entities:
+        if (name == "entities" and not entities) or (name == "actors" and not actors):
             continue
-        lists[name] = signal(cands, now=now)
+        lists[name] = signal(cands, now=now, actors=actors)
     _fuse(lists)
     if spec.kind == "episode":
         _episode_scales(cands, now)
@@ -187,9 +188,14 @@ def episode_search(
         query=query, limit=limit, query_embedding=query_embedding, filters=filters
     )
     generations.current(agent.pk)  # after an erasure, the cached counts and names go
+    analysis = analyse_query(agent_id=agent.pk, query=query)
     if query_embedding is None:
         query_embedding = query_vector(
-            agent_id=agent.pk, query=query, embedder=embedder, whole=whole_query_embedding
+            agent_id=agent.pk,
+            query=query,
+            embedder=embedder,
+            whole=whole_query_embedding,
+            analysis=analysis,
         )
     return _search(
         spec=_episode_spec(agent, filters),
@@ -202,6 +208,7 @@ def episode_search(
         now=now,
         abstain=abstain,
         signals=EPISODE_SIGNALS,
+        actors=analysis.actors_named,
     )
 
 
