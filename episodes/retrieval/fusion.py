@@ -48,11 +48,10 @@ SIGNAL_WEIGHTS: dict[str, float] = {
     "actors": 0.25,
     "recency": 0.05,
 }
-# "actors": the episodes whose actor the question names, all as first (FLAT_SIGNALS).
-# 0.25 puts the named actor's rollout above the same rollout led by someone
-# else (suite B, disambiguation by person) and lifts LoCoMo R@10 0.736 -> 0.751;
-# 0.5 gained no more there and cost its adversarial questions (which name the
-# wrong speaker) 0.851 -> 0.771 instead of -> 0.826.
+# "actors": the episodes whose actor the question names, all as first (FLAT_SIGNALS):
+# the name is taken out of the query vector, so this is where it counts. Weighed
+# low: a question may name the wrong person (LoCoMo's adversarial questions;
+# docs/benchmarks.md has the weights tried).
 # Lists whose candidates all count as first: an episode's actor either is one
 # the question names or it is not; no order among them is the list's to give.
 FLAT_SIGNALS = frozenset({"actors"})
