@@ -178,15 +178,20 @@ KIND_CUES: tuple[tuple[re.Pattern, tuple[str, ...]], ...] = (
 _WHICH_NOUN = re.compile(r"\b(?:which|what)\s+([a-z]+)")
 
 
+def cued_kinds(text: str) -> frozenset[str]:
+    """The kinds its question words ask for (when, where, who, how many): the
+    sure part of asked_kinds."""
+    lowered = " ".join(words(text))
+    return frozenset(kind for pattern, cue in KIND_CUES if pattern.search(lowered) for kind in cue)
+
+
 def asked_kinds(text: str) -> frozenset[str]:
-    """The kinds of value the question asks for (empty: it does not say)."""
+    """The kinds of value the question asks for (empty: it does not say):
+    cued_kinds, and the kinds WordNet gives the noun of "which <noun>"."""
     from . import lexicon
 
     lowered = " ".join(words(text))
-    kinds: set[str] = set()
-    for pattern, cue in KIND_CUES:
-        if pattern.search(lowered):
-            kinds.update(cue)
+    kinds: set[str] = set(cued_kinds(text))
     for match in _WHICH_NOUN.finditer(lowered):
         noun = match.group(1)
         if noun not in STOPWORDS:

@@ -114,6 +114,7 @@ class PredicateSimilarity:
     competing: frozenset[uuid.UUID]
     kinds: dict[uuid.UUID, about.PredicateKinds]
     kinds_asked: frozenset[str]
+    kinds_cued: frozenset[str]  # the part of kinds_asked the question words say
     # Predicates the question asks for in words declared for them (an alias,
     # a family phrase): those are what it asks, never another name for it.
     declared: frozenset[uuid.UUID] = frozenset()
@@ -133,7 +134,9 @@ class PredicateSimilarity:
         )
         nearest = max(self.competing, key=lambda p: (self.similarity[p], self.names[p]))
         value = self.similarity[predicate_id]
-        of_kind_asked = bool(self.kinds[predicate_id].of & self.kinds_asked)
+        # Of the kind the question words ask for (when, where, who, how many):
+        # that is evidence enough. A "which <noun>" kind is WordNet's guess.
+        of_kind_asked = bool(self.kinds[predicate_id].of & self.kinds_cued)
         floor = 0.0 if of_kind_asked else settings.PIPER_FACT_MEANING_MIN_SIMILARITY
         accepted = (
             bool(ranked)
@@ -234,7 +237,14 @@ def predicate_similarity(ask: Ask, named) -> PredicateSimilarity | None:
         similarity[predicate_id] = max(value, similarity.get(predicate_id, -1.0))
     names = {predicate_id: name for predicate_id, name, *_ in rows}
     return PredicateSimilarity(
-        ask.agent, similarity, names, frozenset(competing), kinds, kinds_asked, frozenset(declared)
+        ask.agent,
+        similarity,
+        names,
+        frozenset(competing),
+        kinds,
+        kinds_asked,
+        about.cued_kinds(ask.query),
+        frozenset(declared),
     )
 
 

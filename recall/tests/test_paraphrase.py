@@ -272,3 +272,29 @@ def test_an_example_question_teaches_recall_a_phrasing(agent):
     after = recall(agent=agent, query=question)
     assert current_values(after)[:1] == ["in review"], after.details
     assert after.evidence[0].signals["about"]["predicate"] == "meaning"
+
+
+def test_only_a_kind_the_question_words_ask_for_lifts_the_similarity_floor():
+    from recall.services.facts import PredicateSimilarity
+
+    kickoff = uuid.uuid4()
+    time_kind = about.PredicateKinds(frozenset({"time"}), form=about.DATE)
+
+    def nearness(cued):
+        return PredicateSimilarity(
+            agent=None,
+            similarity={kickoff: 0.2},
+            names={kickoff: "kickoff"},
+            competing=frozenset({kickoff}),
+            kinds={kickoff: time_kind},
+            kinds_asked=frozenset({"state", "time"}),
+            kinds_cued=cued,
+        )
+
+    # "What stage has it reached?": WordNet reads a time into "stage"; a
+    # kickoff at 0.2 is not what it asks.
+    assert about.cued_kinds("What stage has the Violet redesign reached?") == frozenset()
+    assert not nearness(frozenset()).meaning(kickoff, [kickoff]).accepted
+    # "When ...?" asks for a time in so many words: the kickoff is of that kind.
+    assert about.cued_kinds("When does the Violet redesign begin?") == {"time"}
+    assert nearness(frozenset({"time"})).meaning(kickoff, [kickoff]).accepted
