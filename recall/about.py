@@ -48,7 +48,8 @@ Predicate — one of, the first that holds:
   group), how many / how much (a quantity), which <noun> (the noun's kind)
   — only predicates of that kind compete (PredicateKinds: a declared type,
   the stated values, WordNet's hypernyms of the name); a predicate of the
-  kind asked needs no minimum similarity, any other
+  kind the question words ask for (not a "which <noun>" kind, WordNet's
+  guess) needs no minimum similarity, any other
   PIPER_FACT_MEANING_MIN_SIMILARITY.
 * `whole_subject`: the question names the subject and asks nothing more
   ("Tell me about the Sparrow service"): every pair of it answers.
