@@ -200,14 +200,6 @@ def asked_kinds(text: str) -> frozenset[str]:
     return frozenset(kinds)
 
 
-def refused_forms(text: str) -> frozenset[str]:
-    """Value forms the question rules out: "how many" counts things, so an
-    amount (money, a measure) does not answer it."""
-    return frozenset({AMOUNT}) if re.search(r"\bhow many\b", " ".join(words(text))) else frozenset()
-
-
-# The kinds a value shows by its form alone: a date is a time, an amount a quantity.
-VALUE_KINDS = frozenset({"time", "quantity"})
 _MONTH = (
     r"(jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|"
     r"sep(t(ember)?)?|oct(ober)?|nov(ember)?|dec(ember)?)\.?"
@@ -222,9 +214,11 @@ _AMOUNT = re.compile(r"[$€£¥]? ?[-+]?\d[\d,.' ]*( ?(%|[a-z]{1,12}))?")
 _DECLARED_KINDS = {"integer": "quantity", "number": "quantity", "datetime": "time"}
 
 
-# A value's form, and the kind each form is of.
+# A value's form, and the kind each form is of: a date is a time, a count or
+# an amount a quantity.
 DATE, COUNT, AMOUNT = "date", "count", "amount"
 FORM_KINDS = {DATE: "time", COUNT: "quantity", AMOUNT: "quantity"}
+VALUE_KINDS = frozenset(FORM_KINDS.values())
 
 
 def value_form(value) -> str | None:
@@ -245,6 +239,12 @@ def value_form(value) -> str | None:
     if _AMOUNT.fullmatch(text):
         return COUNT if text.isdigit() else AMOUNT
     return None
+
+
+def refused_forms(text: str) -> frozenset[str]:
+    """Value forms the question rules out: "how many" counts things, so an
+    amount (money, a measure) does not answer it."""
+    return frozenset({AMOUNT}) if re.search(r"\bhow many\b", " ".join(words(text))) else frozenset()
 
 
 @dataclass(frozen=True)
@@ -477,35 +477,40 @@ def _predicate(
         if stem(first + second) in predicate_words:
             said = frozenset(stem(w) for w in (first, second) if w not in STOPWORDS)
             return _Match(STATED, said, via=f"{first} {second}")
-    for alias in aliases:
-        alias_words = content_words(alias)
-        if alias_words and alias_words <= question.words:
-            return _Match(ALIAS, frozenset(alias_words), via=alias)
+    if alias := _alias(question, aliases):
+        return alias
     described = content_words(description) - predicate_words
     if hit := described & asked:
         return _Match(DESCRIBED, frozenset(hit))
-    for word in words(humanize(name)):
-        for phrase in FAMILY_PHRASES.get(word, ()):
-            if _says(question.tokens, phrase):
-                phrase_words = frozenset(content_words(phrase))
-                return _Match(PHRASED, phrase_words, via=f"{phrase} ~ {word}")
+    if phrased := _phrased(question, name):
+        return phrased
     if synonym := _synonym(question, asked, [humanize(name), *aliases]):
         return synonym
     return _Match(NOT_ASKED)
 
 
-def declared_for(question: Question, name: str, aliases: Sequence[str] = ()) -> bool:
-    """Does the question use words declared for this predicate: one of its
-    aliases, or a phrase its family is asked with (FAMILY_PHRASES)?"""
+def _alias(question: Question, aliases: Sequence[str]) -> _Match | None:
+    """Every word of one of the predicate's declared aliases is in the question."""
     for alias in aliases:
         alias_words = content_words(alias)
         if alias_words and alias_words <= question.words:
-            return True
-    return any(
-        _says(question.tokens, phrase)
-        for word in words(humanize(name))
-        for phrase in FAMILY_PHRASES.get(word, ())
-    )
+            return _Match(ALIAS, frozenset(alias_words), via=alias)
+    return None
+
+
+def _phrased(question: Question, name: str) -> _Match | None:
+    """The question says a phrase the predicate's family is asked with (FAMILY_PHRASES)."""
+    for word in words(humanize(name)):
+        for phrase in FAMILY_PHRASES.get(word, ()):
+            if _says(question.tokens, phrase):
+                return _Match(PHRASED, frozenset(content_words(phrase)), via=f"{phrase} ~ {word}")
+    return None
+
+
+def declared_for(question: Question, name: str, aliases: Sequence[str] = ()) -> bool:
+    """Does the question use words declared for this predicate: one of its
+    aliases, or a phrase its family is asked with?"""
+    return _alias(question, aliases) is not None or _phrased(question, name) is not None
 
 
 def _synonym(question: Question, asked, phrases: Sequence[str]) -> _Match | None:
