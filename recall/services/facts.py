@@ -113,8 +113,9 @@ class PredicateSimilarity:
     names: dict[uuid.UUID, str]
     competing: frozenset[uuid.UUID]
     kinds: dict[uuid.UUID, about.PredicateKinds]
-    kinds_asked: frozenset[str]
-    kinds_cued: frozenset[str]  # the part of kinds_asked the question words say
+    # The kinds the question words ask for (when, where, who, how many); a
+    # "which <noun>" kind only decides what competes.
+    kinds_cued: frozenset[str]
     # Predicates the question asks for in words declared for them (an alias,
     # a family phrase): those are what it asks, never another name for it.
     declared: frozenset[uuid.UUID] = frozenset()
@@ -242,7 +243,6 @@ def predicate_similarity(ask: Ask, named) -> PredicateSimilarity | None:
         names,
         frozenset(competing),
         kinds,
-        kinds_asked,
         about.cued_kinds(ask.query),
         frozenset(declared),
     )

@@ -287,7 +287,6 @@ def test_only_a_kind_the_question_words_ask_for_lifts_the_similarity_floor():
             names={kickoff: "kickoff"},
             competing=frozenset({kickoff}),
             kinds={kickoff: time_kind},
-            kinds_asked=frozenset({"state", "time"}),
             kinds_cued=cued,
         )
 
