@@ -155,52 +155,54 @@ def predicate_define(
 def clean_aliases(aliases: Any) -> list[str]:
     from ..models import MAX_PREDICATE_ALIAS_CHARS, MAX_PREDICATE_ALIASES
 
-    if isinstance(aliases, str) or not isinstance(aliases, Sequence):
-        raise InvalidInput(
-            'aliases must be a list of words or short phrases, e.g. ["due", "due by"]',
-            details={"aliases": ["not a list"]},
-        )
-    if len(aliases) > MAX_PREDICATE_ALIASES:
-        raise InvalidInput(
-            f"at most {MAX_PREDICATE_ALIASES} aliases per predicate (got {len(aliases)})",
-            details={"aliases": ["too many"]},
-        )
-    cleaned: list[str] = []
-    for alias in aliases:
-        text = " ".join(alias.split()).lower() if isinstance(alias, str) else ""
-        if not text or len(text) > MAX_PREDICATE_ALIAS_CHARS:
-            raise InvalidInput(
-                f"each alias is a word or phrase of 1 to {MAX_PREDICATE_ALIAS_CHARS} characters "
-                f"(got {alias!r})",
-                details={"aliases": ["invalid alias"]},
-            )
-        if text not in cleaned:
-            cleaned.append(text)
-    return cleaned
+    return _clean_phrases(
+        aliases,
+        field="aliases",
+        most=MAX_PREDICATE_ALIASES,
+        chars=MAX_PREDICATE_ALIAS_CHARS,
+        what="a word or phrase",
+        example='["due", "due by"]',
+        lower=True,
+    )
 
 
 def clean_examples(examples: Any) -> list[str]:
     from ..models import MAX_PREDICATE_EXAMPLE_CHARS, MAX_PREDICATE_EXAMPLES
 
-    if isinstance(examples, str) or not isinstance(examples, Sequence):
+    return _clean_phrases(
+        examples,
+        field="examples",
+        most=MAX_PREDICATE_EXAMPLES,
+        chars=MAX_PREDICATE_EXAMPLE_CHARS,
+        what='a question about "it"',
+        example='["How far along is it?"]',
+        lower=False,
+    )
+
+
+def _clean_phrases(
+    values: Any, *, field: str, most: int, chars: int, what: str, example: str, lower: bool
+) -> list[str]:
+    """A predicate's list of phrases: a list of at most `most` strings of 1 to
+    `chars` characters, spaces collapsed (and lower-cased), each once, in order."""
+    if isinstance(values, str) or not isinstance(values, Sequence):
         raise InvalidInput(
-            'examples must be a list of questions about "it", e.g. ["How far along is it?"]',
-            details={"examples": ["not a list"]},
+            f"{field} must be a list, each item {what}, e.g. {example}",
+            details={field: ["not a list"]},
         )
-    if len(examples) > MAX_PREDICATE_EXAMPLES:
+    if len(values) > most:
         raise InvalidInput(
-            f"at most {MAX_PREDICATE_EXAMPLES} example questions per predicate "
-            f"(got {len(examples)})",
-            details={"examples": ["too many"]},
+            f"at most {most} {field} per predicate (got {len(values)})",
+            details={field: ["too many"]},
         )
     cleaned: list[str] = []
-    for example in examples:
-        text = " ".join(example.split()) if isinstance(example, str) else ""
-        if not text or len(text) > MAX_PREDICATE_EXAMPLE_CHARS:
+    for value in values:
+        text = " ".join(value.split()) if isinstance(value, str) else ""
+        text = text.lower() if lower else text
+        if not text or len(text) > chars:
             raise InvalidInput(
-                f"each example is a question of 1 to {MAX_PREDICATE_EXAMPLE_CHARS} characters "
-                f"(got {example!r})",
-                details={"examples": ["invalid example"]},
+                f"each item of {field} must be {what} of 1 to {chars} characters (got {value!r})",
+                details={field: [f"invalid {field[:-1]}"]},
             )
         if text not in cleaned:
             cleaned.append(text)
